@@ -1,0 +1,53 @@
+# The two commands of the README: `make run` and `make test`. Everything else supports them.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
+
+.PHONY: run test lint format install lock migrate demo bench clean
+
+$(STAMP): requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	mkdir -p var
+	$(PY) manage.py migrate --no-input -v0
+
+demo: migrate
+	$(PY) manage.py bootstrap_demo
+
+## Bring up API, admin, workers, sweeper (and the event consumer on RabbitMQ) on 127.0.0.1:8000.
+run: demo
+	$(PY) manage.py runplatform
+
+## Lint, type-check, then the whole suite against the real PostgreSQL, RabbitMQ and Redis.
+test: install lint
+	scripts/test.sh
+
+lint: install
+	$(PY) -m ruff check notifications platform tests bench manage.py
+	$(PY) -m ruff format --check notifications platform tests bench manage.py
+	$(PY) -m mypy notifications platform
+
+format: install
+	$(PY) -m ruff check --fix notifications platform tests bench manage.py
+	$(PY) -m ruff format notifications platform tests bench manage.py
+
+## Re-resolve the dependencies of pyproject.toml into requirements.lock.
+lock:
+	rm -rf /tmp/lock-venv && $(PYTHON) -m venv /tmp/lock-venv
+	/tmp/lock-venv/bin/pip install -q --upgrade pip
+	/tmp/lock-venv/bin/pip install -q ".[dev]"
+	/tmp/lock-venv/bin/pip freeze --exclude notification-platform > requirements.lock
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

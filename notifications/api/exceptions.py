@@ -1,0 +1,64 @@
+"""One exception handler: domain and DRF errors become one JSON error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from ..errors import (
+    IdempotencyConflict,
+    IdempotencyInFlight,
+    InvalidTransition,
+    NotFound,
+    NotificationError,
+    ValidationFailed,
+)
+
+_STATUS_BY_ERROR: list[tuple[type[NotificationError], int]] = [
+    (ValidationFailed, status.HTTP_400_BAD_REQUEST),
+    (NotFound, status.HTTP_404_NOT_FOUND),
+    (IdempotencyConflict, status.HTTP_422_UNPROCESSABLE_ENTITY),
+    (IdempotencyInFlight, status.HTTP_409_CONFLICT),
+    (InvalidTransition, status.HTTP_409_CONFLICT),
+]
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """``{"error": {"code": ..., "message": ..., "field"?: ..., "details"?: ...}}``"""
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def _first_field_error(detail: Any, prefix: str = "") -> tuple[str, str]:
+    if isinstance(detail, dict):
+        for name, value in detail.items():
+            return _first_field_error(value, f"{prefix}.{name}" if prefix else str(name))
+    if isinstance(detail, list) and detail:
+        if all(not isinstance(item, (dict, list)) for item in detail):
+            return prefix, str(detail[0])
+        for index, item in enumerate(detail):
+            if item:
+                return _first_field_error(item, f"{prefix}[{index}]")
+    return prefix, str(detail)
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, NotificationError):
+        http_status = next((code for cls, code in _STATUS_BY_ERROR if isinstance(exc, cls)), status.HTTP_400_BAD_REQUEST)
+        return Response(error_body(exc.code, exc.message, **exc.extra), status=http_status)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        field, message = _first_field_error(exc.detail)
+        field = "" if field == "non_field_errors" else field
+        body = error_body("invalid", f"{field}: {message}" if field else message, details=exc.detail)
+        if field:
+            body["error"]["field"] = field
+        response.data = body
+    elif isinstance(exc, exceptions.APIException):
+        code = exc.get_codes() if isinstance(exc.get_codes(), str) else "error"
+        response.data = error_body(str(code), str(exc.detail))
+    return response

@@ -1,0 +1,126 @@
+"""Request shapes (checked here) and response shapes of the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from ..models import Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
+from ..services import NotificationRequest
+
+
+class NotificationCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    user_id = serializers.CharField(max_length=255)
+    message = serializers.CharField(trim_whitespace=False)
+    channel = serializers.ChoiceField(choices=Channel.choices, default=Channel.EMAIL)
+    subject = serializers.CharField(max_length=998, required=False, allow_blank=True, default="")
+    to = serializers.CharField(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Address override; otherwise the recipient's stored address is used.",
+    )
+    metadata = serializers.DictField(required=False, default=dict)
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.HIGH)
+    send_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    idempotency_key = serializers.CharField(
+        max_length=255, required=False, allow_blank=False, help_text="Alternative to the Idempotency-Key header."
+    )
+
+    def to_request(self) -> NotificationRequest:
+        data = self.validated_data
+        return NotificationRequest(
+            user_id=data["user_id"],
+            message=data["message"],
+            channel=data["channel"],
+            subject=data["subject"],
+            to=data["to"],
+            metadata=dict(data["metadata"]),
+            priority=data["priority"],
+            send_at=data["send_at"],
+        )
+
+
+class AcceptedSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=Status.choices)
+    idempotency_key = serializers.CharField()
+
+
+class BatchCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    notifications = NotificationCreateSerializer(many=True, help_text="Up to 100; each may carry its own idempotency_key.")
+
+
+class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = DeliveryAttempt
+        fields = ["number", "outcome", "started_at", "finished_at", "duration_ms", "error_class", "error_message"]
+
+
+class NotificationSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    to = serializers.CharField(source="address")
+
+    class Meta:
+        model = Notification
+        fields = [
+            "id",
+            "status",
+            "channel",
+            "user_id",
+            "to",
+            "subject",
+            "message",
+            "metadata",
+            "priority",
+            "send_at",
+            "attempt_count",
+            "last_error",
+            "idempotency_key",
+            "trace_id",
+            "created_at",
+            "updated_at",
+            "delivered_at",
+        ]
+
+
+class NotificationDetailSerializer(NotificationSerializer):
+    attempts = AttemptSerializer(many=True, read_only=True)
+
+    class Meta(NotificationSerializer.Meta):
+        fields = [*NotificationSerializer.Meta.fields, "attempts"]
+
+
+class NotificationFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    status = serializers.ChoiceField(choices=Status.choices, required=False)
+    channel = serializers.ChoiceField(choices=Channel.choices, required=False)
+    user_id = serializers.CharField(required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+
+
+class RecipientSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    push_tokens = serializers.ListField(child=serializers.CharField(max_length=4096), required=False, default=list)
+
+    class Meta:
+        model = Recipient
+        fields = ["user_id", "email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "created_at", "updated_at"]
+        read_only_fields = ["user_id", "created_at", "updated_at"]
+        extra_kwargs: dict[str, Any] = {
+            "email": {"required": False},
+            "phone": {"required": False},
+            "webhook_url": {"required": False},
+            "locale": {"required": False},
+            "timezone": {"required": False},
+        }
+
+    def validate_timezone(self, value: str) -> str:
+        import zoneinfo
+
+        if value:
+            try:
+                zoneinfo.ZoneInfo(value)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                raise serializers.ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Paris)") from None
+        return value

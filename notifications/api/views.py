@@ -1,0 +1,205 @@
+"""Thin API views: parse the request, call one service, shape the answer."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import services
+from ..errors import NotificationError
+from ..health import readiness_checks
+from ..models import ApiClient, Notification, Recipient
+from .exceptions import api_exception_handler, error_body
+from .serializers import (
+    AcceptedSerializer,
+    BatchCreateSerializer,
+    NotificationCreateSerializer,
+    NotificationDetailSerializer,
+    NotificationFilterSerializer,
+    NotificationSerializer,
+    RecipientSerializer,
+)
+
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Makes the request safe to repeat: the same key and body replay the first answer.",
+)
+ERROR = OpenApiResponse(description='An error: {"error": {"code", "message", "field"?}}')
+MAX_BATCH = 100
+
+
+class NewestFirstPagination(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+def _accept(request: Request, payload: Any, header_key: str | None) -> services.AcceptResult:
+    serializer = NotificationCreateSerializer(data=payload)
+    serializer.is_valid(raise_exception=True)
+    body_key = serializer.validated_data.get("idempotency_key")
+    fingerprint_source = {k: v for k, v in payload.items() if k != "idempotency_key"}
+    return services.notification_accept(
+        client=_client(request),
+        request=serializer.to_request(),
+        idempotency_key=header_key or body_key,
+        fingerprint=services.request_fingerprint(fingerprint_source),
+    )
+
+
+def _client(request: Request) -> ApiClient:
+    """The authenticated API client (IsApiClient has already refused anyone else)."""
+    return cast(ApiClient, request.user)
+
+
+def _require_object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise serializers.ValidationError({"non_field_errors": ["the request body must be a JSON object"]})
+    return data
+
+
+class NotificationCollectionView(APIView):
+    @extend_schema(
+        operation_id="notifications_create",
+        request=NotificationCreateSerializer,
+        parameters=[IDEMPOTENCY_HEADER],
+        responses={202: AcceptedSerializer, 400: ERROR, 401: ERROR, 409: ERROR, 422: ERROR},
+    )
+    def post(self, request: Request) -> Response:
+        payload = _require_object(request.data)
+        result = _accept(request, payload, request.headers.get("Idempotency-Key"))
+        headers = {"Idempotent-Replayed": "true"} if result.replayed else {}
+        return Response(result.body, status=result.status_code, headers=headers)
+
+    @extend_schema(
+        operation_id="notifications_list",
+        parameters=[NotificationFilterSerializer],
+        responses={200: NotificationSerializer(many=True), 400: ERROR, 401: ERROR},
+    )
+    def get(self, request: Request) -> Response:
+        filters = NotificationFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        queryset = _filtered_notifications(_client(request), filters.validated_data)
+        paginator = NewestFirstPagination()
+        page = paginator.paginate_queryset(queryset, request, view=self)
+        return paginator.get_paginated_response(NotificationSerializer(page, many=True).data)
+
+
+def _filtered_notifications(client: Any, filters: dict[str, Any]) -> QuerySet[Notification]:
+    queryset = Notification.objects.filter(client=client)
+    for name in ("status", "channel", "user_id"):
+        if name in filters:
+            queryset = queryset.filter(**{name: filters[name]})
+    if "created_after" in filters:
+        queryset = queryset.filter(created_at__gte=filters["created_after"])
+    if "created_before" in filters:
+        queryset = queryset.filter(created_at__lt=filters["created_before"])
+    return queryset
+
+
+class NotificationBatchView(APIView):
+    @extend_schema(
+        operation_id="notifications_create_batch",
+        request=BatchCreateSerializer,
+        responses={202: OpenApiResponse(description="One result per item, in order: {status, body | error}"), 400: ERROR},
+    )
+    def post(self, request: Request) -> Response:
+        items = _require_object(request.data).get("notifications")
+        if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
+            raise serializers.ValidationError({"notifications": [f"a list of 1 to {MAX_BATCH} notifications"]})
+        results = []
+        for item in items:
+            try:
+                result = _accept(request, _require_object(item), None)
+                results.append({"status": result.status_code, "body": result.body})
+            except (NotificationError, serializers.ValidationError) as exc:
+                response = api_exception_handler(exc, {"request": request, "view": self})
+                assert response is not None
+                results.append({"status": response.status_code, **response.data})
+        return Response({"results": results}, status=status.HTTP_202_ACCEPTED)
+
+
+class NotificationDetailView(APIView):
+    @extend_schema(operation_id="notifications_retrieve", responses={200: NotificationDetailSerializer, 404: ERROR})
+    def get(self, request: Request, notification_id: str) -> Response:
+        notification = services.notification_get(client=_client(request), notification_id=notification_id)
+        return Response(NotificationDetailSerializer(notification).data)
+
+
+class NotificationCancelView(APIView):
+    @extend_schema(
+        operation_id="notifications_cancel", request=None, responses={200: NotificationSerializer, 404: ERROR, 409: ERROR}
+    )
+    def post(self, request: Request, notification_id: str) -> Response:
+        notification = services.notification_cancel(client=_client(request), notification_id=notification_id)
+        return Response(NotificationSerializer(notification).data)
+
+
+class RecipientView(APIView):
+    @extend_schema(operation_id="recipients_retrieve", responses={200: RecipientSerializer, 404: ERROR})
+    def get(self, request: Request, user_id: str) -> Response:
+        recipient = Recipient.objects.filter(client=_client(request), user_id=user_id).first()
+        if recipient is None:
+            return Response(error_body("not_found", f"no recipient {user_id!r}"), status=status.HTTP_404_NOT_FOUND)
+        return Response(RecipientSerializer(recipient).data)
+
+    @extend_schema(
+        operation_id="recipients_upsert",
+        request=RecipientSerializer,
+        responses={200: RecipientSerializer, 201: RecipientSerializer, 400: ERROR},
+    )
+    def put(self, request: Request, user_id: str) -> Response:
+        serializer = RecipientSerializer(data=_require_object(request.data))
+        serializer.is_valid(raise_exception=True)
+        recipient, created = services.recipient_upsert(client=_client(request), user_id=user_id, data=serializer.validated_data)
+        return Response(RecipientSerializer(recipient).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(operation_id="recipients_delete", responses={204: None, 404: ERROR})
+    def delete(self, request: Request, user_id: str) -> Response:
+        services.recipient_delete(client=_client(request), user_id=user_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class LivenessView(APIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    @extend_schema(operation_id="healthz", responses={200: OpenApiResponse(description="The process answers.")})
+    def get(self, request: Request) -> Response:
+        return Response({"status": "ok"})
+
+
+class ReadinessView(APIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="readyz",
+        responses={
+            200: OpenApiResponse(description="All dependencies reachable."),
+            503: OpenApiResponse(description="Names what is down."),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        checks = readiness_checks()
+        down = [c.name for c in checks if not c.ok]
+        body = {
+            "status": "unavailable" if down else "ok",
+            "down": down,
+            "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in checks},
+        }
+        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if down else status.HTTP_200_OK)

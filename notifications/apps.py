@@ -1,0 +1,12 @@
+"""App configuration: wires the actors' module so Dramatiq knows them in every process."""
+
+from django.apps import AppConfig
+
+
+class NotificationsConfig(AppConfig):
+    name = "notifications"
+    verbose_name = "Notifications"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import actors, conf  # noqa: F401  (registers actors; connects setting_changed)

@@ -1,0 +1,29 @@
+"""Channel providers, looked up by channel name from the dotted paths in settings."""
+
+from __future__ import annotations
+
+import functools
+
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+from ..conf import get_config
+from .base import OutgoingMessage, Provider, SendResult
+
+__all__ = ["OutgoingMessage", "Provider", "SendResult", "get_provider"]
+
+
+@functools.cache
+def get_provider(channel: str) -> Provider:
+    path = get_config().providers[channel]
+    provider_class = import_string(path)
+    provider: Provider = provider_class()
+    return provider
+
+
+def _reset_providers(*, setting: str, **kwargs: object) -> None:
+    if setting == "NOTIFICATIONS":
+        get_provider.cache_clear()
+
+
+setting_changed.connect(_reset_providers)

@@ -1,0 +1,39 @@
+"""The tiny interface every channel provider implements, and the data that crosses it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import PermanentChannelError, TransientChannelError
+
+__all__ = ["OutgoingMessage", "PermanentChannelError", "Provider", "SendResult", "TransientChannelError"]
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """Everything a provider needs to send one notification, and nothing about retries or queues."""
+
+    notification_id: str
+    channel: str
+    address: str
+    subject: str
+    body: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # The notification id: providers pass it on where their API deduplicates (a header, a request id).
+    idempotency_key: str = ""
+    client_name: str = ""
+    webhook_secret: str = ""
+
+
+@dataclass(frozen=True)
+class SendResult:
+    provider_message_id: str = ""
+    # A short, human-readable summary of the provider's answer, stored on the DeliveryAttempt.
+    response_summary: str = ""
+
+
+class Provider(Protocol):
+    """Sends one message. Raises only TransientChannelError or PermanentChannelError."""
+
+    def send(self, message: OutgoingMessage) -> SendResult: ...

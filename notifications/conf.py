@@ -1,0 +1,133 @@
+"""The app's options: a cached, typed, validated view of ``settings.NOTIFICATIONS``."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+CHANNELS = ("email", "sms", "push", "webhook")
+_RATE_RE = re.compile(r"^\s*(?P<channel>[a-z_]+)\s*=\s*(?P<count>\d+(?:\.\d+)?)\s*/\s*(?P<unit>s|m|h)\s*$")
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """``count`` sends per ``per_seconds`` seconds, shared by every worker."""
+
+    count: float
+    per_seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.per_seconds
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base_seconds: float
+    cap_seconds: float
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class NotificationsConfig:
+    idempotency_key_ttl_seconds: int
+    max_message_bytes: int
+    rate_limits: dict[str, RateLimit]
+    default_retry_policy: RetryPolicy
+    retry_policies: dict[str, RetryPolicy]
+    sweeper_interval_seconds: float
+    queued_timeout_seconds: float
+    sending_timeout_seconds: float
+    broker_delay_max_seconds: float
+    retention_days: int
+    webhook_allow_hosts: tuple[str, ...]
+    webhook_timeout_seconds: float
+    providers: dict[str, str]
+    provider_timeout_seconds: float
+    events_api_client: str
+    raw: dict[str, Any] = field(repr=False)
+
+    def retry_policy(self, channel: str) -> RetryPolicy:
+        return self.retry_policies.get(channel, self.default_retry_policy)
+
+
+def parse_rate_limits(value: str) -> dict[str, RateLimit]:
+    """Parse ``"email=50/s,sms=10/s"`` (units s, m, h); a bad value fails loudly at start-up."""
+    limits: dict[str, RateLimit] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        match = _RATE_RE.match(part)
+        if not match:
+            raise ImproperlyConfigured(
+                f"NOTIFICATIONS_RATE_LIMITS: {part!r} is not of the form channel=N/s (or /m, /h), "
+                "e.g. NOTIFICATIONS_RATE_LIMITS='email=50/s,sms=10/s,push=100/s,webhook=20/s'"
+            )
+        channel, count = match["channel"], float(match["count"])
+        if channel not in CHANNELS:
+            raise ImproperlyConfigured(
+                f"NOTIFICATIONS_RATE_LIMITS: unknown channel {channel!r}; channels are {', '.join(CHANNELS)}"
+            )
+        if count <= 0:
+            raise ImproperlyConfigured(f"NOTIFICATIONS_RATE_LIMITS: the limit for {channel} must be above zero")
+        limits[channel] = RateLimit(count=count, per_seconds=_UNIT_SECONDS[match["unit"]])
+    return limits
+
+
+def parse_retry_policies(value: str, default: RetryPolicy) -> dict[str, RetryPolicy]:
+    """Parse ``"sms=2:60:3,webhook=10:600:8"`` as channel=base_seconds:cap_seconds:max_attempts."""
+    policies: dict[str, RetryPolicy] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        channel, _, spec = part.partition("=")
+        numbers = spec.split(":")
+        try:
+            if channel.strip() not in CHANNELS or len(numbers) != 3:
+                raise ValueError
+            policy = RetryPolicy(float(numbers[0]), float(numbers[1]), int(numbers[2]))
+            if policy.base_seconds <= 0 or policy.cap_seconds < policy.base_seconds or policy.max_attempts < 1:
+                raise ValueError
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"NOTIFICATIONS_RETRY_POLICIES: {part!r} is not channel=base_seconds:cap_seconds:max_attempts "
+                f"with a known channel, e.g. 'sms=2:60:3'"
+            ) from None
+        policies[channel.strip()] = policy
+    return policies
+
+
+@functools.cache
+def get_config() -> NotificationsConfig:
+    raw: dict[str, Any] = dict(settings.NOTIFICATIONS)
+    default_policy = RetryPolicy(
+        float(raw["RETRY_BASE_SECONDS"]), float(raw["RETRY_CAP_SECONDS"]), int(raw["RETRY_MAX_ATTEMPTS"])
+    )
+    return NotificationsConfig(
+        idempotency_key_ttl_seconds=int(raw["IDEMPOTENCY_KEY_TTL_SECONDS"]),
+        max_message_bytes=int(raw["MAX_MESSAGE_BYTES"]),
+        rate_limits=parse_rate_limits(raw["RATE_LIMITS"]),
+        default_retry_policy=default_policy,
+        retry_policies=parse_retry_policies(raw.get("RETRY_POLICIES", ""), default_policy),
+        sweeper_interval_seconds=float(raw["SWEEPER_INTERVAL_SECONDS"]),
+        queued_timeout_seconds=float(raw["QUEUED_TIMEOUT_SECONDS"]),
+        sending_timeout_seconds=float(raw["SENDING_TIMEOUT_SECONDS"]),
+        broker_delay_max_seconds=float(raw["BROKER_DELAY_MAX_SECONDS"]),
+        retention_days=int(raw["RETENTION_DAYS"]),
+        webhook_allow_hosts=tuple(h.strip().lower() for h in raw["WEBHOOK_ALLOW_HOSTS"] if h.strip()),
+        webhook_timeout_seconds=float(raw["WEBHOOK_TIMEOUT_SECONDS"]),
+        providers=dict(raw["PROVIDERS"]),
+        provider_timeout_seconds=float(raw["PROVIDER_TIMEOUT_SECONDS"]),
+        events_api_client=str(raw["EVENTS_API_CLIENT"]),
+        raw=raw,
+    )
+
+
+@receiver(setting_changed)
+def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    if setting == "NOTIFICATIONS":
+        get_config.cache_clear()

@@ -1,0 +1,66 @@
+"""The domain's error tree: one root with a machine-readable code, a few precise children."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NotificationError(Exception):
+    """Root of every error the domain raises on purpose."""
+
+    code = "notification_error"
+
+    def __init__(self, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.extra = extra or {}
+
+
+class ValidationFailed(NotificationError):
+    """Input that can never be accepted; ``extra['field']`` names the culprit."""
+
+    code = "invalid"
+
+
+class NotFound(NotificationError):
+    code = "not_found"
+
+
+class InvalidTransition(NotificationError):
+    """A status change that the notification's current status does not allow."""
+
+    code = "invalid_transition"
+
+
+class IdempotencyConflict(NotificationError):
+    """The same idempotency key with a different request body."""
+
+    code = "idempotency_key_reused"
+
+
+class IdempotencyInFlight(NotificationError):
+    """The same idempotency key while its first request is still being processed."""
+
+    code = "idempotency_key_in_flight"
+
+
+class ChannelError(NotificationError):
+    """A provider could not deliver; the subclasses say whether trying again can help."""
+
+
+class TransientChannelError(ChannelError):
+    """Worth retrying: a timeout, a connection error, a 5xx or a 429."""
+
+    code = "transient"
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class PermanentChannelError(ChannelError):
+    """Will fail the same way every time: a rejected address, a 4xx other than 429."""
+
+    code = "permanent"

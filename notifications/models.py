@@ -1,0 +1,286 @@
+"""Data and its invariants: notifications, their tries, idempotency keys, dead letters, clients."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone as django_timezone
+
+from .errors import InvalidTransition
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiClient(models.Model):
+    """A system allowed to call the API; its bearer token is stored only as a SHA-256 hash."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_prefix = models.CharField(
+        max_length=12, editable=False, help_text="First characters of the token, to tell tokens apart."
+    )
+    is_active = models.BooleanField(default=True)
+    webhook_secret = models.CharField(max_length=64, default="", blank=True, help_text="Signs webhook deliveries (HMAC-SHA256).")
+    created_at = models.DateTimeField(default=django_timezone.now, editable=False)
+    token_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    # DRF treats the authenticated principal as request.user.
+    is_authenticated = True
+    is_anonymous = False
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "API client"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def set_new_token(self) -> str:
+        """Give the client a fresh token; returns it in clear, the only time it is ever seen."""
+        token = f"ntf_{secrets.token_urlsafe(32)}"
+        self.token_hash = hash_token(token)
+        self.token_prefix = token[:12]
+        return token
+
+
+class Recipient(models.Model):
+    """Someone a client sends to, by the client's own ``user_id``, with an address per channel."""
+
+    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="recipients")
+    user_id = models.CharField(max_length=255)
+    email = models.EmailField(blank=True, default="")
+    phone = models.CharField(max_length=16, blank=True, default="", help_text="E.164, e.g. +14155550123")
+    push_tokens = models.JSONField(default=list, blank=True)
+    webhook_url = models.URLField(max_length=2000, blank=True, default="")
+    locale = models.CharField(max_length=35, blank=True, default="")
+    timezone = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(default=django_timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["client", "user_id"], name="recipient_unique_per_client")]
+
+    def __str__(self) -> str:
+        return f"{self.client}:{self.user_id}"
+
+
+class Channel(models.TextChoices):
+    EMAIL = "email"
+    SMS = "sms"
+    PUSH = "push"
+    WEBHOOK = "webhook"
+
+
+class Priority(models.TextChoices):
+    HIGH = "high"
+    BULK = "bulk"
+
+
+class Status(models.TextChoices):
+    ACCEPTED = "accepted"
+    QUEUED = "queued"
+    SENDING = "sending"
+    RETRYING = "retrying"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+# Every status change the platform may make, from -> allowed targets. A change is written with a
+# conditional UPDATE ... WHERE status IN (sources), so two workers can never both make it.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    Status.ACCEPTED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED}),
+    Status.QUEUED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED}),
+    Status.SENDING: frozenset({Status.DELIVERED, Status.RETRYING, Status.FAILED, Status.DEAD}),
+    Status.RETRYING: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.DEAD}),
+    Status.FAILED: frozenset({Status.QUEUED}),
+    Status.DEAD: frozenset({Status.QUEUED}),
+    Status.DELIVERED: frozenset(),
+    Status.CANCELLED: frozenset(),
+}
+FINISHED_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.DEAD, Status.CANCELLED})
+PENDING_STATUSES = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RETRYING})
+
+
+def sources_of(target: str) -> list[str]:
+    return sorted(source for source, targets in TRANSITIONS.items() if target in targets)
+
+
+class Notification(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="notifications")
+    user_id = models.CharField(max_length=255)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    address = models.CharField(max_length=2000, help_text="Where it is sent: email, phone, device token or URL.")
+    subject = models.CharField(max_length=998, blank=True, default="")
+    message = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.HIGH)
+    send_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACCEPTED)
+    attempt_count = models.PositiveIntegerField(default=0)
+    # When the next try is due: send_at, or now + backoff after a transient failure. The database,
+    # not a delayed broker message, is what holds long waits (see services.notification_schedule).
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    provider_message_id = models.CharField(max_length=255, blank=True, default="")
+    trace_id = models.CharField(max_length=32, blank=True, default="")
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(default=django_timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="notif_status_created"),
+            models.Index(fields=["client", "-created_at"], name="notif_client_created"),
+            models.Index(fields=["client", "user_id"], name="notif_client_user"),
+            models.Index(fields=["user_id"], name="notif_user"),
+            models.Index(fields=["channel", "status"], name="notif_channel_status"),
+            models.Index(fields=["status", "next_attempt_at"], name="notif_status_due"),
+            models.Index(fields=["trace_id"], name="notif_trace"),
+            models.Index(fields=["idempotency_key"], name="notif_idem_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.address} ({self.status})"
+
+    @classmethod
+    def transition(cls, notification_id: Any, to: str, *, only_from: list[str] | None = None, **fields: Any) -> bool:
+        """Move one notification to ``to`` if its current status allows it; True if this call won.
+
+        ``only_from`` narrows the allowed sources further (e.g. a claim only from pending states).
+        """
+        sources = sources_of(to)
+        if only_from is not None:
+            unknown = set(only_from) - set(sources)
+            if unknown:
+                raise InvalidTransition(f"{sorted(unknown)} -> {to} is not a transition the platform makes")
+            sources = list(only_from)
+        updated = cls.objects.filter(pk=notification_id, status__in=sources).update(
+            status=to, updated_at=django_timezone.now(), **fields
+        )
+        return updated == 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class AttemptOutcome(models.TextChoices):
+    IN_PROGRESS = "in_progress"
+    DELIVERED = "delivered"
+    TRANSIENT_ERROR = "transient_error"
+    PERMANENT_ERROR = "permanent_error"
+    INTERRUPTED = "interrupted"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at handing a notification to its provider; never edited after it finishes."""
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField(default=django_timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, default=AttemptOutcome.IN_PROGRESS)
+    error_class = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    provider_response = models.TextField(blank=True, default="", help_text="A short summary of what the provider answered.")
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["notification", "number"]
+        constraints = [models.UniqueConstraint(fields=["notification", "number"], name="attempt_unique_number")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.notification_id}: {self.outcome}"
+
+
+class IdempotencyKeyState(models.TextChoices):
+    PROCESSING = "processing"
+    COMPLETED = "completed"
+
+
+class IdempotencyKey(models.Model):
+    """A client's idempotency key, claimed by a unique insert before the request does anything."""
+
+    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="idempotency_keys")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the canonical request body.")
+    state = models.CharField(max_length=16, choices=IdempotencyKeyState.choices, default=IdempotencyKeyState.PROCESSING)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=django_timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["client", "key"], name="idempotency_key_unique_per_client")]
+        indexes = [models.Index(fields=["expires_at"], name="idem_expires")]
+
+    def __str__(self) -> str:
+        return f"{self.client_id}:{self.key}"
+
+
+class DeadLetterSource(models.TextChoices):
+    NOTIFICATION = "notification"
+    EVENT = "event"
+
+
+class DeadLetterReason(models.TextChoices):
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    PERMANENT_FAILURE = "permanent_failure"
+    POISON_MESSAGE = "poison_message"
+    REDELIVERY_LIMIT = "redelivery_limit"
+
+
+class Resolution(models.TextChoices):
+    UNRESOLVED = ""
+    RETRIED = "retried", "Retried"
+    DISCARDED = "discarded", "Discarded"
+
+
+class DeadLetter(models.Model):
+    """What failed for good: the record support staff work from (the broker's DLQ expires)."""
+
+    source = models.CharField(max_length=16, choices=DeadLetterSource.choices, default=DeadLetterSource.NOTIFICATION)
+    notification = models.ForeignKey(Notification, null=True, blank=True, on_delete=models.CASCADE, related_name="dead_letters")
+    channel = models.CharField(max_length=16, blank=True, default="")
+    reason = models.CharField(max_length=32, choices=DeadLetterReason.choices)
+    last_error = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    moved_at = models.DateTimeField(default=django_timezone.now)
+    # For events the consumer could not process: the message as it came off the broker.
+    raw_body = models.TextField(blank=True, default="")
+    routing_key = models.CharField(max_length=255, blank=True, default="")
+    headers = models.JSONField(default=dict, blank=True)
+    resolution = models.CharField(max_length=16, choices=Resolution.choices, default=Resolution.UNRESOLVED, blank=True)
+    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-moved_at"]
+        indexes = [
+            models.Index(fields=["resolution", "-moved_at"], name="dlq_resolution_moved"),
+            models.Index(fields=["channel"], name="dlq_channel"),
+            models.Index(fields=["reason"], name="dlq_reason"),
+        ]
+        permissions: ClassVar = [("retry_deadletter", "Can retry or discard dead letters")]
+
+    def __str__(self) -> str:
+        subject = self.notification_id or self.routing_key
+        return f"{self.reason}: {subject}"
+
+    @property
+    def is_resolved(self) -> bool:
+        return bool(self.resolution)

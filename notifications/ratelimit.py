@@ -1,0 +1,108 @@
+"""Per-channel send rate limits shared by every worker process and host.
+
+The algorithm is GCRA (the generic cell rate algorithm, as in redis-cell) in *reserving* form:
+each caller atomically reserves the next free send slot of its channel and is told how long to
+wait for it. Slots are spaced exactly ``1/rate`` apart, so no 1 s window can hold more than the
+limit (plus the one slot at its edge), and waiting callers never stampede: each has its own slot.
+A caller whose slot would be further away than ``max_wait`` reserves nothing and is told to come
+back later, which the actor turns into Dramatiq's ``Retry(delay=...)``.
+
+With Redis configured (django-redis), the reservation is one Lua script, atomic across hosts. On
+the embedded default there is only one process, so a lock-protected in-memory copy of the same
+algorithm does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from django.core.cache import cache
+
+from .conf import get_config
+
+# KEYS[1]: the channel's theoretical arrival time (TAT), in microseconds since the epoch.
+# ARGV[1]: emission interval (us); ARGV[2]: the longest wait a caller accepts (us).
+# Returns {reserved (0/1), wait_us}. Redis' own clock is used so hosts with skewed clocks agree.
+_RESERVE_SCRIPT = """
+local interval = tonumber(ARGV[1])
+local max_wait = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local wait = tat - now
+if wait > max_wait then
+  return {0, wait - max_wait}
+end
+local ttl_ms = math.ceil((tat + interval - now) / 1000) + 1000
+redis.call('SET', KEYS[1], tostring(tat + interval), 'PX', ttl_ms)
+return {1, wait}
+"""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """``reserved``: a slot is held, send after ``wait_seconds``. Otherwise retry after that long."""
+
+    reserved: bool
+    wait_seconds: float
+
+
+class _LocalReserver:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tat: dict[str, float] = {}
+
+    def reserve(self, key: str, interval: float, max_wait: float) -> Reservation:
+        with self._lock:
+            now = time.time()
+            tat = max(self._tat.get(key, 0.0), now)
+            wait = tat - now
+            if wait > max_wait:
+                return Reservation(False, wait - max_wait)
+            self._tat[key] = tat + interval
+            return Reservation(True, wait)
+
+
+_local = _LocalReserver()
+_script_lock = threading.Lock()
+_script = None
+
+
+def _redis_client():  # type: ignore[no-untyped-def]
+    get_client = getattr(cache, "client", None)
+    if get_client is None or not hasattr(get_client, "get_client"):
+        return None
+    return get_client.get_client(write=True)
+
+
+def _key(channel: str) -> str:
+    return cache.make_key(f"ratelimit:{channel}")
+
+
+def reserve_send_slot(channel: str, *, max_wait: float = 1.0) -> Reservation:
+    """Reserve the channel's next send slot; channels without a limit are always free."""
+    limit = get_config().rate_limits.get(channel)
+    if limit is None:
+        return Reservation(True, 0.0)
+    interval = 1.0 / limit.per_second
+    client = _redis_client()
+    if client is None:
+        return _local.reserve(_key(channel), interval, max_wait)
+    global _script
+    with _script_lock:
+        if _script is None:
+            _script = client.register_script(_RESERVE_SCRIPT)
+    reserved, wait_us = _script(keys=[_key(channel)], args=[int(interval * 1_000_000), int(max_wait * 1_000_000)], client=client)
+    return Reservation(bool(reserved), int(wait_us) / 1_000_000)
+
+
+def wait_for_send_slot(channel: str, *, max_wait: float = 1.0) -> Reservation:
+    """Reserve a slot and sleep until it comes; the caller sends right after. Never sleeps past
+    ``max_wait``: beyond that it returns an unreserved Reservation saying when to come back."""
+    reservation = reserve_send_slot(channel, max_wait=max_wait)
+    if reservation.reserved and reservation.wait_seconds > 0:
+        time.sleep(reservation.wait_seconds)
+    return reservation

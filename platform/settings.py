@@ -1,0 +1,250 @@
+"""Django settings: every value is read once, here, from the environment.
+
+With no environment at all the *embedded default* applies: SQLite under ``var/``, an in-process
+Dramatiq broker whose worker runs inside the web process, and a local-memory cache. Setting
+``DATABASE_URL``, ``BROKER_URL`` and ``REDIS_URL`` switches to PostgreSQL, RabbitMQ and Redis.
+``.env.example`` and the README list every variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=True)
+_DEV_SECRET_KEY = "insecure-embedded-default-only-for-DEBUG"
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. With DEBUG off the platform refuses to start without a secret "
+            "key: set SECRET_KEY to a long random string (e.g. `python -c 'import secrets; "
+            "print(secrets.token_urlsafe(50))'`)."
+        )
+    SECRET_KEY = _DEV_SECRET_KEY
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django_prometheus",
+    "notifications.apps.NotificationsConfig",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_dramatiq",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "platform.urls"
+WSGI_APPLICATION = "platform.wsgi.application"
+ASGI_APPLICATION = "platform.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------------
+DATABASE_URL = env.str("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}")
+DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+DATABASES["default"]["ENGINE"] = DATABASES["default"]["ENGINE"].replace("django.db.backends.", "django_prometheus.db.backends.")
+if "postgresql" in DATABASES["default"]["ENGINE"]:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Each test run gets a database of its own (make test sets TEST_RUN_ID) so runs never meet.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}"}
+else:
+    # SQLite is only the embedded default: wait for the lock rather than fail under the
+    # in-process worker's threads.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache (Redis through django-redis, or local memory) ---------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+CACHE_KEY_PREFIX = env.str("CACHE_KEY_PREFIX", default="notifications")
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django_prometheus.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": CACHE_KEY_PREFIX,
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.DefaultClient",
+                "SOCKET_CONNECT_TIMEOUT": 2,
+                "SOCKET_TIMEOUT": 2,
+            },
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "KEY_PREFIX": CACHE_KEY_PREFIX,
+        }
+    }
+
+# --- Broker (Dramatiq on RabbitMQ, or in-process) -----------------------------------------------
+BROKER_URL = env.str("BROKER_URL", default="memory://")
+BROKER_IS_EMBEDDED = BROKER_URL.startswith("memory://")
+_DRAMATIQ_MIDDLEWARE = [
+    "dramatiq.middleware.AgeLimit",
+    "dramatiq.middleware.TimeLimit",
+    "dramatiq.middleware.Callbacks",
+    "dramatiq.middleware.Retries",
+    "dramatiq.middleware.CurrentMessage",
+    "notifications.tracing.TraceContextMiddleware",
+    "django_dramatiq.middleware.DbConnectionsMiddleware",
+]
+if BROKER_IS_EMBEDDED:
+    DRAMATIQ_BROKER = {
+        "BROKER": "dramatiq.brokers.stub.StubBroker",
+        "OPTIONS": {},
+        "MIDDLEWARE": _DRAMATIQ_MIDDLEWARE,
+    }
+elif BROKER_URL.startswith(("amqp://", "amqps://")):
+    DRAMATIQ_BROKER = {
+        "BROKER": "dramatiq.brokers.rabbitmq.RabbitmqBroker",
+        # Without publisher confirms a publish that RabbitMQ never stored looks like a success.
+        "OPTIONS": {"url": BROKER_URL, "confirm_delivery": True},
+        "MIDDLEWARE": _DRAMATIQ_MIDDLEWARE,
+    }
+else:
+    raise ImproperlyConfigured(
+        f"BROKER_URL={BROKER_URL!r} is not understood: use amqp://user:pass@host:5672/vhost for "
+        "RabbitMQ, or leave it unset (memory://) for the embedded in-process broker."
+    )
+DRAMATIQ_AUTODISCOVER_MODULES = ["actors"]
+
+# --- Auth, i18n, static -------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = env.str("STATIC_ROOT", default=str(VAR_DIR / "static"))
+LOGIN_URL = "admin:login"
+
+# --- Email (the email channel's transport) ------------------------------------------------------
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.filebased.EmailBackend")
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="notifications@localhost")
+
+# --- REST framework -----------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["notifications.api.auth.ApiClientTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["notifications.api.auth.IsApiClient"],
+    "DEFAULT_THROTTLE_CLASSES": ["notifications.api.auth.ApiClientRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api_client": env.str("API_THROTTLE_RATE", default="6000/min")},
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "notifications.api.exceptions.api_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Notification platform API",
+    "DESCRIPTION": "Accept, track and cancel email, SMS, push and webhook notifications.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- The notification platform's own options (typed and defaulted in notifications/conf.py) ------
+NOTIFICATIONS = {
+    "IDEMPOTENCY_KEY_TTL_SECONDS": env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=24 * 3600),
+    "MAX_MESSAGE_BYTES": env.int("MAX_MESSAGE_BYTES", default=64 * 1024),
+    "RATE_LIMITS": env.str("NOTIFICATIONS_RATE_LIMITS", default="email=50/s,sms=10/s,push=100/s,webhook=20/s"),
+    "RETRY_BASE_SECONDS": env.float("RETRY_BASE_SECONDS", default=5.0),
+    "RETRY_CAP_SECONDS": env.float("RETRY_CAP_SECONDS", default=300.0),
+    "RETRY_MAX_ATTEMPTS": env.int("RETRY_MAX_ATTEMPTS", default=5),
+    "RETRY_POLICIES": env.str("NOTIFICATIONS_RETRY_POLICIES", default=""),
+    "SWEEPER_INTERVAL_SECONDS": env.float("SWEEPER_INTERVAL_SECONDS", default=1.0),
+    "QUEUED_TIMEOUT_SECONDS": env.float("QUEUED_TIMEOUT_SECONDS", default=120.0),
+    "SENDING_TIMEOUT_SECONDS": env.float("SENDING_TIMEOUT_SECONDS", default=300.0),
+    "BROKER_DELAY_MAX_SECONDS": env.float("BROKER_DELAY_MAX_SECONDS", default=30.0),
+    "RETENTION_DAYS": env.int("RETENTION_DAYS", default=30),
+    "WEBHOOK_ALLOW_HOSTS": env.list("WEBHOOK_ALLOW_HOSTS", default=[]),
+    "WEBHOOK_TIMEOUT_SECONDS": env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0),
+    "PROVIDERS": {
+        "email": env.str("EMAIL_PROVIDER", default="notifications.channels.email.DjangoEmailProvider"),
+        "sms": env.str("SMS_PROVIDER", default="notifications.channels.sms.TwilioSmsProvider"),
+        "push": env.str("PUSH_PROVIDER", default="notifications.channels.push.FcmPushProvider"),
+        "webhook": env.str("WEBHOOK_PROVIDER", default="notifications.channels.webhook.WebhookProvider"),
+    },
+    "TWILIO_API_BASE": env.str("TWILIO_API_BASE", default="https://api.twilio.com"),
+    "TWILIO_ACCOUNT_SID": env.str("TWILIO_ACCOUNT_SID", default=""),
+    "TWILIO_AUTH_TOKEN": env.str("TWILIO_AUTH_TOKEN", default=""),
+    "TWILIO_FROM_NUMBER": env.str("TWILIO_FROM_NUMBER", default=""),
+    "FCM_API_BASE": env.str("FCM_API_BASE", default="https://fcm.googleapis.com"),
+    "FCM_PROJECT_ID": env.str("FCM_PROJECT_ID", default=""),
+    "FCM_ACCESS_TOKEN": env.str("FCM_ACCESS_TOKEN", default=""),
+    "PROVIDER_TIMEOUT_SECONDS": env.float("PROVIDER_TIMEOUT_SECONDS", default=10.0),
+    "EVENTS_API_CLIENT": env.str("EVENTS_API_CLIENT", default="events"),
+}
+
+# --- Logging ------------------------------------------------------------------------------------
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_FORMAT = env.str("LOG_FORMAT", default="json")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "json": {"()": "notifications.logging.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "pika": {"level": "WARNING"},
+    },
+}

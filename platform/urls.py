@@ -1,0 +1,17 @@
+"""Top-level routes: API, health probes, OpenAPI, admin, metrics."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from notifications.api.views import LivenessView, ReadinessView
+
+urlpatterns = [
+    path("api/v1/", include("notifications.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("healthz", LivenessView.as_view(), name="healthz"),
+    path("readyz", ReadinessView.as_view(), name="readyz"),
+    path("admin/", admin.site.urls),
+    path("", include("django_prometheus.urls")),
+]
