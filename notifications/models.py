@@ -284,3 +284,22 @@ class DeadLetter(models.Model):
     @property
     def is_resolved(self) -> bool:
         return bool(self.resolution)
+
+
+class ProcessedEvent(models.Model):
+    """An external event already turned into a notification: the consumer's dedup record.
+
+    The unique ``event_key`` is claimed by an insert before any work, so a redelivered event can
+    never make a second notification (never check-then-set)."""
+
+    event_key = models.CharField(max_length=255, unique=True)
+    routing_key = models.CharField(max_length=255, blank=True, default="")
+    notification = models.ForeignKey(Notification, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=django_timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["expires_at"], name="processed_event_expires")]
+
+    def __str__(self) -> str:
+        return self.event_key
