@@ -10,3 +10,6 @@ class NotificationsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import actors, conf  # noqa: F401  (registers actors; connects setting_changed)
+
+        # Parse and validate the app's options now, so a bad value stops start-up with its message.
+        conf.get_config()

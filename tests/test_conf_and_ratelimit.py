@@ -1,0 +1,76 @@
+"""Option parsing, and the shared GCRA rate limiter against the real Redis."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from notifications.conf import RateLimit, RetryPolicy, get_config, parse_rate_limits, parse_retry_policies
+from notifications.ratelimit import reserve_send_slot
+from notifications.services import retry_delay_seconds
+
+
+def test_rate_limits_parse_per_second_and_per_minute() -> None:
+    limits = parse_rate_limits("email=50/s, sms=600/m,push=100/s")
+    assert limits["email"] == RateLimit(50, 1) and limits["sms"].per_second == 10 and limits["push"].per_second == 100
+
+
+@pytest.mark.parametrize("value", ["email=50", "email=fast/s", "fax=1/s", "email=0/s", "email=5/d"])
+def test_bad_rate_limits_fail_with_the_culprit_named(value: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="NOTIFICATIONS_RATE_LIMITS"):
+        parse_rate_limits(value)
+
+
+def test_retry_policies_per_channel_override_the_default() -> None:
+    default = RetryPolicy(5, 300, 5)
+    assert parse_retry_policies("sms=2:60:3", default) == {"sms": RetryPolicy(2, 60, 3)}
+    with pytest.raises(ImproperlyConfigured):
+        parse_retry_policies("sms=2:1:3", default)
+
+
+def test_backoff_is_full_jitter_capped_and_honours_retry_after() -> None:
+    policy = get_config().retry_policy("email")
+    delays = [retry_delay_seconds(channel="email", attempt_number=n) for n in range(1, 12) for _ in range(20)]
+    assert all(0 <= d <= policy.cap_seconds for d in delays)
+    assert max(retry_delay_seconds(channel="email", attempt_number=1) for _ in range(50)) <= policy.base_seconds
+    assert retry_delay_seconds(channel="email", attempt_number=1, retry_after=42) >= 42
+
+
+def test_override_settings_resets_the_cached_config() -> None:
+    from django.conf import settings
+
+    with override_settings(NOTIFICATIONS={**settings.NOTIFICATIONS, "RATE_LIMITS": "email=7/s"}):
+        assert get_config().rate_limits["email"].count == 7
+    assert get_config().rate_limits["email"].count == 50
+
+
+def test_redis_reservations_are_spaced_by_the_limit_across_threads() -> None:
+    from django.conf import settings
+
+    with override_settings(NOTIFICATIONS={**settings.NOTIFICATIONS, "RATE_LIMITS": "sms=20/s"}):
+        waits: list[float] = []
+        lock = threading.Lock()
+
+        def reserve() -> None:
+            for _ in range(5):
+                reservation = reserve_send_slot("sms", max_wait=10)
+                assert reservation.reserved
+                with lock:
+                    waits.append(reservation.wait_seconds)
+
+        threads = [threading.Thread(target=reserve) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        waits.sort()
+        # 20 slots at 20/s: the last one is ~0.95 s out, each 50 ms after the one before.
+        gaps = [b - a for a, b in zip(waits, waits[1:], strict=False)]
+        assert len(waits) == 20
+        assert 0.85 <= waits[-1] <= 1.1
+        assert min(gaps) >= 0.03
+        refused = reserve_send_slot("sms", max_wait=0.5)
+        assert not refused.reserved and refused.wait_seconds > 0.3
