@@ -53,6 +53,13 @@ class NotificationsConfig:
     providers: dict[str, str]
     provider_timeout_seconds: float
     events_api_client: str
+    twilio_api_base: str
+    twilio_account_sid: str
+    twilio_auth_token: str = field(repr=False)
+    twilio_from_number: str
+    fcm_api_base: str
+    fcm_project_id: str
+    fcm_access_token: str = field(repr=False)
     raw: dict[str, Any] = field(repr=False)
 
     def retry_policy(self, channel: str) -> RetryPolicy:
@@ -123,6 +130,13 @@ def get_config() -> NotificationsConfig:
         providers=dict(raw["PROVIDERS"]),
         provider_timeout_seconds=float(raw["PROVIDER_TIMEOUT_SECONDS"]),
         events_api_client=str(raw["EVENTS_API_CLIENT"]),
+        twilio_api_base=str(raw["TWILIO_API_BASE"]).rstrip("/"),
+        twilio_account_sid=str(raw["TWILIO_ACCOUNT_SID"]),
+        twilio_auth_token=str(raw["TWILIO_AUTH_TOKEN"]),
+        twilio_from_number=str(raw["TWILIO_FROM_NUMBER"]),
+        fcm_api_base=str(raw["FCM_API_BASE"]).rstrip("/"),
+        fcm_project_id=str(raw["FCM_PROJECT_ID"]),
+        fcm_access_token=str(raw["FCM_ACCESS_TOKEN"]),
         raw=raw,
     )
 

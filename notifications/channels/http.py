@@ -1,0 +1,122 @@
+"""What an HTTP provider's answer means for delivery: the one status -> channel-error mapping."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import requests
+
+from .base import PermanentChannelError, TransientChannelError
+
+# Says what went wrong in a provider's own words, from its error body (status, parsed JSON, text).
+DescribeError = Callable[[int, Any, str], str]
+
+# How much of a provider's error body is kept in the error message (and so on the DeliveryAttempt).
+ERROR_TEXT_LIMIT = 500
+
+_sessions = threading.local()
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header (delta-seconds or an HTTP date) in seconds from now; None if absent."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def parse_json(text: str) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """A 2xx body as a JSON object, or {}: the send is accepted either way, so an odd body must
+    not turn it into a retry."""
+    payload = parse_json(text)
+    return payload if isinstance(payload, dict) else {}
+
+
+def describe_plain(status: int, payload: Any, text: str) -> str:
+    return text.strip()[:ERROR_TEXT_LIMIT] or "(empty body)"
+
+
+def raise_for_status(
+    status: int, headers: Mapping[str, str], text: str, *, provider: str, describe: DescribeError = describe_plain
+) -> None:
+    """Raise the channel error a non-2xx answer means; return quietly on 2xx.
+
+    429 is a rate limit (code ``throttled``, which does not spend the retry budget) honouring
+    Retry-After; 408 and 5xx are worth retrying; anything else (4xx, and redirects, which are
+    never followed) fails the same way every time.
+    """
+    if 200 <= status < 300:
+        return
+    detail = describe(status, parse_json(text), text)
+    extra = {"http_status": status}
+    if status == 429:
+        retry_after = retry_after_seconds(headers.get("Retry-After"))
+        raise TransientChannelError(
+            f"{provider} throttled the send (HTTP 429, Retry-After {retry_after}): {detail}",
+            code="throttled",
+            retry_after=retry_after,
+            extra=extra,
+        )
+    if status == 408 or status >= 500:
+        raise TransientChannelError(
+            f"{provider} answered HTTP {status}: {detail}",
+            code="provider_unavailable",
+            retry_after=retry_after_seconds(headers.get("Retry-After")),
+            extra=extra,
+        )
+    if 300 <= status < 400:
+        detail = f"redirect to {headers.get('Location', '?')!r} not followed"
+    raise PermanentChannelError(f"{provider} rejected the send (HTTP {status}): {detail}", code="rejected", extra=extra)
+
+
+def require_settings(channel: str, values: Mapping[str, str]) -> None:
+    """Fail permanently, naming the settings, when a provider's credentials are not set."""
+    missing = [name for name, value in values.items() if not value]
+    if missing:
+        raise PermanentChannelError(f"the {channel} channel is not configured: set {', '.join(missing)}", code="not_configured")
+
+
+def _session() -> requests.Session:
+    # One session per worker thread: connection reuse without sharing a Session across threads.
+    session: requests.Session | None = getattr(_sessions, "session", None)
+    if session is None:
+        session = _sessions.session = requests.Session()
+    return session
+
+
+def provider_post(
+    url: str, *, provider: str, timeout: float, describe: DescribeError = describe_plain, **kwargs: Any
+) -> requests.Response:
+    """POST to a provider's API; returns a 2xx response or raises the channel error it means."""
+    try:
+        response = _session().post(url, timeout=(timeout, timeout), allow_redirects=False, **kwargs)
+    except requests.Timeout as exc:
+        raise TransientChannelError(f"{provider} did not answer within {timeout:g}s", code="timeout") from exc
+    except requests.ConnectionError as exc:
+        raise TransientChannelError(f"could not reach {provider}: {exc}", code="connection_error") from exc
+    except requests.RequestException as exc:
+        raise TransientChannelError(f"{provider} request failed: {exc}", code="request_error") from exc
+    raise_for_status(response.status_code, response.headers, response.text, provider=provider, describe=describe)
+    return response

@@ -1,0 +1,179 @@
+"""The webhook channel: a signed JSON POST to the client's URL, refusing internal targets.
+
+Receivers verify ``X-Signature: sha256=<hex>`` by recomputing HMAC-SHA256 with their webhook
+secret over ``"{X-Timestamp}.{raw body}"``, and drop repeats by ``Idempotency-Key`` (the
+notification id, the same on every retry).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import certifi
+import urllib3
+from urllib3.exceptions import HTTPError, NewConnectionError, SSLError
+from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
+
+from ..conf import get_config
+from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
+from .http import raise_for_status
+
+PROVIDER = "the webhook endpoint"
+USER_AGENT = "notifications-webhook/1"
+# Enough of the receiver's answer to say what it meant; the rest is not read.
+RESPONSE_READ_LIMIT = 64 * 1024
+
+
+def webhook_signature(secret: str, timestamp: str, body: str) -> str:
+    digest = hmac.new(secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A webhook URL with the one address it was vetted at, so the connection goes there."""
+
+    scheme: str
+    hostname: str
+    port: int
+    host_header: str
+    path: str
+    address: str
+
+
+def _is_internal(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+        or not ip.is_global
+    )
+
+
+def webhook_target(url: str, *, allow_hosts: tuple[str, ...]) -> WebhookTarget:
+    """Resolve ``url``'s host once and vet every address it has (SSRF guard).
+
+    All addresses are checked, not just the first, and the connection is then made to a vetted
+    one: resolving again at connect time would let a DNS answer change in between (rebinding).
+    """
+    parts = urlsplit(url)
+    hostname = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise PermanentChannelError(f"{url!r} is not an http(s) URL", code="invalid_address")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise PermanentChannelError(f"{url!r} has an invalid port", code="invalid_address") from None
+    bracketed = f"[{hostname}]" if ":" in hostname else hostname
+    allowed = hostname in allow_hosts or bracketed in allow_hosts or f"{bracketed}:{port}" in allow_hosts
+    try:
+        infos = socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise TransientChannelError(f"could not resolve webhook host {hostname!r}: {exc}", code="dns_error") from exc
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise TransientChannelError(f"webhook host {hostname!r} has no addresses", code="dns_error")
+    if not allowed:
+        for address in addresses:
+            if _is_internal(address):
+                raise PermanentChannelError(
+                    f"refusing to send a webhook to {hostname!r}: it resolves to {address}, a private, loopback, "
+                    "link-local, multicast or reserved address (list the host or host:port in WEBHOOK_ALLOW_HOSTS "
+                    "to allow it)",
+                    code="forbidden_target",
+                    extra={"address": address},
+                )
+    default_port = port == (443 if parts.scheme == "https" else 80)
+    return WebhookTarget(
+        scheme=parts.scheme,
+        hostname=hostname,
+        port=port,
+        host_header=bracketed if default_port else f"{bracketed}:{port}",
+        path=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+        address=addresses[0],
+    )
+
+
+class WebhookProvider:
+    def send(self, message: OutgoingMessage) -> SendResult:
+        config = get_config()
+        if not message.webhook_secret:
+            raise PermanentChannelError("the API client has no webhook secret to sign with", code="not_configured")
+        target = webhook_target(message.address, allow_hosts=config.webhook_allow_hosts)
+        timestamp = str(int(time.time()))
+        body = json.dumps(
+            {
+                "id": message.notification_id,
+                "channel": message.channel,
+                "subject": message.subject,
+                "message": message.body,
+                "metadata": message.metadata,
+                "timestamp": int(timestamp),
+            },
+            separators=(",", ":"),
+            default=str,
+        )
+        headers = {
+            "Host": target.host_header,
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "X-Timestamp": timestamp,
+            "X-Signature": webhook_signature(message.webhook_secret, timestamp, body),
+            "Idempotency-Key": message.idempotency_key or message.notification_id,
+        }
+        status, response_headers, text = _post(target, body.encode(), headers, timeout=config.webhook_timeout_seconds)
+        raise_for_status(status, response_headers, text, provider=PROVIDER)
+        return SendResult(provider_message_id=response_headers.get("X-Request-Id", "")[:255], response_summary=f"HTTP {status}")
+
+
+def _post(
+    target: WebhookTarget, body: bytes, headers: dict[str, str], *, timeout: float
+) -> tuple[int, urllib3.HTTPHeaderDict, str]:
+    pool: urllib3.HTTPConnectionPool
+    limits = urllib3.Timeout(connect=timeout, read=timeout)
+    if target.scheme == "https":
+        # Connect to the vetted address but check the certificate (and send SNI) for the name.
+        pool = urllib3.HTTPSConnectionPool(
+            target.address,
+            target.port,
+            server_hostname=target.hostname,
+            assert_hostname=target.hostname,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=certifi.where(),
+            timeout=limits,
+            retries=False,
+            maxsize=1,
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(target.address, target.port, timeout=limits, retries=False, maxsize=1)
+    try:
+        with pool:
+            response = pool.urlopen(
+                "POST", target.path, body=body, headers=headers, redirect=False, assert_same_host=False, preload_content=False
+            )
+            try:
+                text = response.read(RESPONSE_READ_LIMIT).decode("utf-8", "replace")
+            finally:
+                response.release_conn()
+    except NewConnectionError as exc:
+        raise TransientChannelError(f"could not connect to {target.host_header}: {exc}", code="connection_error") from exc
+    except Urllib3TimeoutError as exc:
+        raise TransientChannelError(f"{target.host_header} did not answer within {timeout:g}s", code="timeout") from exc
+    except SSLError as exc:
+        raise TransientChannelError(f"TLS with {target.host_header} failed: {exc}", code="tls_error") from exc
+    except (HTTPError, OSError) as exc:
+        raise TransientChannelError(f"webhook request to {target.host_header} failed: {exc}", code="connection_error") from exc
+    return response.status, response.headers, text

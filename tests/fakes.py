@@ -1,0 +1,303 @@
+"""Third-party providers faked at the network boundary: a local HTTP server speaking the Twilio
+Messages and FCM HTTP v1 send APIs (and taking any webhook POST), and a local SMTP server."""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextlib
+import email
+import email.policy
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from aiosmtpd.controller import Controller
+from django.conf import settings
+from django.test import override_settings
+
+TWILIO_SID = "AC0123456789abcdef0123456789abcdef"
+TWILIO_TOKEN = "twilio-test-token"
+TWILIO_FROM = "+15005550006"
+FCM_PROJECT = "demo-project"
+FCM_TOKEN = "ya29.fake-access-token"
+
+_TWILIO_PATH = re.compile(r"^/2010-04-01/Accounts/(?P<sid>[^/]+)/Messages\.json$")
+_FCM_PATH = re.compile(r"^/v1/projects/(?P<project>[^/]+)/messages:send$")
+# How long a "hang" reply holds the connection at most; the server's stop() releases it sooner.
+HANG_LIMIT_SECONDS = 60.0
+
+
+def override_notifications(**changes: Any) -> override_settings:
+    """override_settings for a few keys of settings.NOTIFICATIONS, keeping the rest as they are now."""
+    return override_settings(NOTIFICATIONS={**settings.NOTIFICATIONS, **changes})
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the fake answers to one request; ``hang`` holds the connection without answering."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: bool = False
+
+
+def twilio_error(status: int, code: int, message: str) -> Reply:
+    return Reply(
+        status, {"code": code, "message": message, "more_info": f"https://www.twilio.com/docs/errors/{code}", "status": status}
+    )
+
+
+def fcm_error(status: int, grpc_status: str, message: str, error_code: str | None = None) -> Reply:
+    details = [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": error_code}] if error_code else []
+    return Reply(status, {"error": {"code": status, "message": message, "status": grpc_status, "details": details}})
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+    received_at: float  # time.monotonic()
+    reply_status: int
+    reply_body: Any
+
+    @property
+    def form(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.body.decode(), keep_blank_values=True).items()}
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def basic_auth(self) -> tuple[str, str] | None:
+        scheme, _, value = self.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        user, _, password = base64.b64decode(value).decode().partition(":")
+        return user, password
+
+
+class FakeProviderServer:
+    """Answers like Twilio (form POST, basic auth) and FCM v1 (JSON, bearer token) do, checking
+    the request's shape the way they would, and 200s any other POST (webhooks). Replies queued
+    with :meth:`reply_next` are used first, in order."""
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self._replies: collections.deque[Reply] = collections.deque()
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        self._ids = itertools.count(1)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-provider", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def host_port(self) -> str:
+        return f"127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host_port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def reply_next(self, *replies: Reply) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    def stop(self) -> None:
+        self._release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        with self._lock:
+            scripted = self._replies.popleft() if self._replies else None
+        reply = scripted or self._default_reply(path, headers, body)
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, headers, body, time.monotonic(), reply.status, reply.body))
+        if reply.hang:
+            self._release.wait(HANG_LIMIT_SECONDS)
+        return reply
+
+    def _default_reply(self, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if match := _TWILIO_PATH.match(path):
+            return self._twilio(match["sid"], headers, body)
+        if match := _FCM_PATH.match(path):
+            return self._fcm(match["project"], headers, body)
+        return Reply(200, {"received": True}, {"X-Request-Id": f"wh-{uuid.uuid4().hex}"})
+
+    def _twilio(self, sid: str, headers: dict[str, str], body: bytes) -> Reply:
+        expected = "Basic " + base64.b64encode(f"{TWILIO_SID}:{TWILIO_TOKEN}".encode()).decode()
+        if sid != TWILIO_SID or headers.get("authorization") != expected:
+            return twilio_error(401, 20003, "Authenticate")
+        if not headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            return twilio_error(400, 20001, "form-encoded body expected")
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        for name, code in (("To", 21604), ("From", 21603), ("Body", 21602)):
+            if not form.get(name):
+                return twilio_error(400, code, f"A '{name}' is required.")
+        message_sid = f"SM{next(self._ids):032x}"
+        return Reply(201, {"sid": message_sid, "status": "queued", "to": form["To"], "from": form["From"], "body": form["Body"]})
+
+    def _fcm(self, project: str, headers: dict[str, str], body: bytes) -> Reply:
+        if headers.get("authorization") != f"Bearer {FCM_TOKEN}":
+            return fcm_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
+        try:
+            message = json.loads(body)["message"]
+            token = message["token"]
+            data = message.get("data", {})
+        except (ValueError, KeyError, TypeError):
+            return fcm_error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.", "INVALID_ARGUMENT")
+        if not token or not all(isinstance(v, str) for v in data.values()):
+            return fcm_error(400, "INVALID_ARGUMENT", "Invalid value at 'message.data'", "INVALID_ARGUMENT")
+        return Reply(200, {"name": f"projects/{project}/messages/0:{next(self._ids)}%{uuid.uuid4().hex[:16]}"})
+
+
+def _handler_for(server: FakeProviderServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            reply = server._answer("POST", self.path, headers, body)
+            if reply.hang:
+                return
+            payload = b"" if reply.body is None else json.dumps(reply.body).encode()
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def handle(self) -> None:
+            # A client that gave up on a hung reply has closed its socket; that is expected.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                super().handle()
+
+    return Handler
+
+
+@pytest.fixture(name="provider_server")
+def provider_server_fixture() -> Iterator[FakeProviderServer]:
+    """The fake provider server, with the SMS and push settings pointing at it."""
+    server = FakeProviderServer()
+    try:
+        with override_notifications(
+            TWILIO_API_BASE=server.base_url,
+            TWILIO_ACCOUNT_SID=TWILIO_SID,
+            TWILIO_AUTH_TOKEN=TWILIO_TOKEN,
+            TWILIO_FROM_NUMBER=TWILIO_FROM,
+            FCM_API_BASE=server.base_url,
+            FCM_PROJECT_ID=FCM_PROJECT,
+            FCM_ACCESS_TOKEN=FCM_TOKEN,
+            PROVIDER_TIMEOUT_SECONDS=5.0,
+            WEBHOOK_TIMEOUT_SECONDS=5.0,
+        ):
+            yield server
+    finally:
+        server.stop()
+
+
+# --- SMTP ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReceivedMail:
+    mail_from: str
+    rcpt_tos: list[str]
+    message: EmailMessage
+
+
+class _RecordingHandler:
+    def __init__(self) -> None:
+        self.received: list[ReceivedMail] = []
+        self.refused: set[str] = set()
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]) -> str:
+        if address in self.refused:
+            return "550 5.1.1 mailbox unavailable"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = email.message_from_bytes(envelope.original_content or envelope.content, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        self.received.append(ReceivedMail(envelope.mail_from, list(envelope.rcpt_tos), message))
+        return "250 Message accepted for delivery"
+
+
+class _EphemeralPortController(Controller):
+    """aiosmtpd's Controller bound to port 0: learn the real port before its readiness probe."""
+
+    def _trigger_server(self) -> None:
+        assert self.server is not None
+        self.port = self.server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        super()._trigger_server()
+
+
+class LocalSmtpServer:
+    def __init__(self) -> None:
+        self.handler = _RecordingHandler()
+        self.controller = _EphemeralPortController(self.handler, hostname="127.0.0.1", port=0)
+        self.controller.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.controller.port)
+
+    @property
+    def received(self) -> list[ReceivedMail]:
+        return self.handler.received
+
+    def refuse(self, address: str) -> None:
+        self.handler.refused.add(address)
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+@pytest.fixture(name="smtp_server")
+def smtp_server_fixture() -> Iterator[LocalSmtpServer]:
+    """A real SMTP server on 127.0.0.1 recording what it receives, with Django's SMTP backend
+    pointed at it."""
+    server = LocalSmtpServer()
+    try:
+        with override_settings(
+            EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+            EMAIL_HOST="127.0.0.1",
+            EMAIL_PORT=server.port,
+            EMAIL_HOST_USER="",
+            EMAIL_HOST_PASSWORD="",
+            EMAIL_USE_TLS=False,
+            EMAIL_USE_SSL=False,
+            EMAIL_TIMEOUT=5,
+        ):
+            yield server
+    finally:
+        server.stop()

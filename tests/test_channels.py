@@ -1,0 +1,402 @@
+"""Channel providers against local servers that speak their APIs: request shapes, what each
+answer means (delivered, throttled, transient, permanent, timeout), the webhook SSRF guard, and
+delivery end to end through the real pipeline on every channel."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import socket
+import time
+import uuid
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from notifications.channels import OutgoingMessage, SendResult, get_provider
+from notifications.channels.http import retry_after_seconds
+from notifications.errors import PermanentChannelError, TransientChannelError
+from notifications.models import ApiClient, AttemptOutcome, DeliveryAttempt, Notification, Status
+
+from .fakes import (  # noqa: F401  (fixtures)
+    FCM_PROJECT,
+    FCM_TOKEN,
+    TWILIO_FROM,
+    TWILIO_SID,
+    TWILIO_TOKEN,
+    FakeProviderServer,
+    LocalSmtpServer,
+    Reply,
+    fcm_error,
+    override_notifications,
+    provider_server_fixture,
+    smtp_server_fixture,
+    twilio_error,
+)
+from .helpers import wait_until
+
+SECRET = "s3cret-webhook-key"
+PHONE = "+14155550123"
+DEVICE = "fcm-device-token-abc123"
+HTTP_CHANNELS = ["sms", "push", "webhook"]
+
+
+def outgoing(channel: str, server: FakeProviderServer, **fields: Any) -> OutgoingMessage:
+    notification_id = str(uuid.uuid4())
+    address = {"sms": PHONE, "push": DEVICE, "webhook": server.url("/hooks/acme?src=test"), "email": "ann@example.com"}[channel]
+    values: dict[str, Any] = {
+        "notification_id": notification_id,
+        "channel": channel,
+        "address": address,
+        "subject": "Your order shipped",
+        "body": "Parcel 42 is on its way",
+        "metadata": {"order": "42", "items": 3},
+        "idempotency_key": notification_id,
+        "client_name": "acme",
+        "webhook_secret": SECRET,
+        **fields,
+    }
+    return OutgoingMessage(**values)
+
+
+def send(channel: str, server: FakeProviderServer, **fields: Any) -> tuple[OutgoingMessage, SendResult]:
+    message = outgoing(channel, server, **fields)
+    with override_notifications(WEBHOOK_ALLOW_HOSTS=[server.host_port]):
+        return message, get_provider(channel).send(message)
+
+
+def send_expecting(error: type[Exception], channel: str, server: FakeProviderServer, **fields: Any) -> Any:
+    with pytest.raises(error) as caught:
+        send(channel, server, **fields)
+    return caught.value
+
+
+def error_reply(channel: str, status: int) -> Reply:
+    """A 4xx/5xx in the provider's own error shape."""
+    if channel == "sms":
+        return twilio_error(status, 21211, "The 'To' number +14155550123 is not a valid phone number.")
+    if channel == "push":
+        return fcm_error(status, "NOT_FOUND" if status == 404 else "INTERNAL", "Requested entity was not found.", "UNREGISTERED")
+    return Reply(status, {"detail": "no such hook"})
+
+
+# --- Request shapes ----------------------------------------------------------------------------
+
+
+def test_sms_is_a_form_post_with_basic_auth_and_the_notification_id_as_idempotency_token(
+    provider_server: FakeProviderServer,
+) -> None:
+    message, result = send("sms", provider_server)
+    [request] = provider_server.requests
+    assert request.method == "POST" and request.path == f"/2010-04-01/Accounts/{TWILIO_SID}/Messages.json"
+    assert request.basic_auth == (TWILIO_SID, TWILIO_TOKEN)
+    assert request.headers["content-type"] == "application/x-www-form-urlencoded"
+    assert request.form == {"To": PHONE, "From": TWILIO_FROM, "Body": "Parcel 42 is on its way"}
+    assert request.headers["i-twilio-idempotency-token"] == message.notification_id
+    assert request.reply_status == 201
+    assert result.provider_message_id == request.reply_body["sid"] and result.provider_message_id.startswith("SM")
+
+
+def test_push_is_fcm_v1_json_with_a_bearer_token_and_string_data(provider_server: FakeProviderServer) -> None:
+    message, result = send("push", provider_server)
+    [request] = provider_server.requests
+    assert request.path == f"/v1/projects/{FCM_PROJECT}/messages:send"
+    assert request.headers["authorization"] == f"Bearer {FCM_TOKEN}"
+    assert request.headers["content-type"] == "application/json"
+    assert request.json == {
+        "message": {
+            "token": DEVICE,
+            "notification": {"title": "Your order shipped", "body": "Parcel 42 is on its way"},
+            "data": {"order": "42", "items": "3", "notification_id": message.notification_id},
+        }
+    }
+    assert result.provider_message_id == request.reply_body["name"]
+    assert result.provider_message_id.startswith(f"projects/{FCM_PROJECT}/messages/")
+
+
+def test_webhook_is_json_signed_over_timestamp_and_body_with_the_idempotency_key(
+    provider_server: FakeProviderServer,
+) -> None:
+    before = int(time.time())
+    message, result = send("webhook", provider_server)
+    [request] = provider_server.requests
+    assert request.path == "/hooks/acme?src=test"
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["host"] == provider_server.host_port
+    assert request.headers["idempotency-key"] == message.notification_id
+    timestamp = request.headers["x-timestamp"]
+    assert before <= int(timestamp) <= int(time.time())
+    expected = hmac.new(SECRET.encode(), timestamp.encode() + b"." + request.body, hashlib.sha256).hexdigest()
+    assert request.headers["x-signature"] == f"sha256={expected}"
+    assert request.json == {
+        "id": message.notification_id,
+        "channel": "webhook",
+        "subject": "Your order shipped",
+        "message": "Parcel 42 is on its way",
+        "metadata": {"order": "42", "items": 3},
+        "timestamp": int(timestamp),
+    }
+    assert result.provider_message_id.startswith("wh-")
+
+
+def test_a_webhook_signed_with_another_secret_does_not_verify(provider_server: FakeProviderServer) -> None:
+    send("webhook", provider_server, webhook_secret="the-real-one")
+    [request] = provider_server.requests
+    forged = hmac.new(b"a-guess", request.headers["x-timestamp"].encode() + b"." + request.body, hashlib.sha256).hexdigest()
+    assert request.headers["x-signature"] != f"sha256={forged}"
+
+
+# --- What each answer means --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("channel", HTTP_CHANNELS)
+def test_429_is_throttled_with_the_retry_after_seconds(channel: str, provider_server: FakeProviderServer) -> None:
+    provider_server.reply_next(Reply(429, {"message": "Too Many Requests"}, {"Retry-After": "7"}))
+    error = send_expecting(TransientChannelError, channel, provider_server)
+    assert error.code == "throttled" and error.retry_after == 7.0
+    assert error.extra["http_status"] == 429
+
+
+@pytest.mark.parametrize("status", [500, 503])
+@pytest.mark.parametrize("channel", HTTP_CHANNELS)
+def test_5xx_is_transient(channel: str, status: int, provider_server: FakeProviderServer) -> None:
+    provider_server.reply_next(error_reply(channel, status))
+    error = send_expecting(TransientChannelError, channel, provider_server)
+    assert error.code == "provider_unavailable" and error.extra["http_status"] == status
+
+
+@pytest.mark.parametrize(
+    ("channel", "reply", "said"),
+    [
+        ("sms", twilio_error(400, 21211, "The 'To' number +1415 is not a valid phone number."), "not a valid phone number"),
+        ("sms", twilio_error(401, 20003, "Authenticate"), "Authenticate (Twilio error 20003)"),
+        ("push", fcm_error(404, "NOT_FOUND", "Requested entity was not found.", "UNREGISTERED"), "NOT_FOUND/UNREGISTERED"),
+        ("push", fcm_error(400, "INVALID_ARGUMENT", "The registration token is not valid", "INVALID_ARGUMENT"), "not valid"),
+        ("webhook", Reply(410, {"detail": "hook removed"}), "hook removed"),
+        ("webhook", Reply(302, None, {"Location": "http://169.254.169.254/"}), "not followed"),
+    ],
+)
+def test_4xx_is_permanent_with_the_providers_own_message(
+    channel: str, reply: Reply, said: str, provider_server: FakeProviderServer
+) -> None:
+    provider_server.reply_next(reply)
+    error = send_expecting(PermanentChannelError, channel, provider_server)
+    assert said in str(error) and error.extra["http_status"] == reply.status
+    assert len(provider_server.requests) == 1  # no redirect followed, nothing retried inside
+
+
+@pytest.mark.parametrize("channel", HTTP_CHANNELS)
+def test_a_hung_provider_is_a_transient_timeout(channel: str, provider_server: FakeProviderServer) -> None:
+    provider_server.reply_next(Reply(hang=True))
+    started = time.monotonic()
+    with override_notifications(PROVIDER_TIMEOUT_SECONDS=0.3, WEBHOOK_TIMEOUT_SECONDS=0.3):
+        error = send_expecting(TransientChannelError, channel, provider_server)
+    assert error.code == "timeout" and "0.3s" in str(error)
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize("channel", HTTP_CHANNELS)
+def test_an_unreachable_provider_is_a_transient_connection_error(channel: str, provider_server: FakeProviderServer) -> None:
+    closed = FakeProviderServer()
+    closed.stop()
+    with override_notifications(TWILIO_API_BASE=closed.base_url, FCM_API_BASE=closed.base_url):
+        error = send_expecting(TransientChannelError, channel, closed if channel == "webhook" else provider_server)
+    assert error.code == "connection_error"
+    assert provider_server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("channel", "setting"),
+    [("sms", "TWILIO_ACCOUNT_SID"), ("sms", "TWILIO_AUTH_TOKEN"), ("sms", "TWILIO_FROM_NUMBER"), ("push", "FCM_ACCESS_TOKEN")],
+)
+def test_missing_credentials_fail_permanently_naming_the_setting(
+    channel: str, setting: str, provider_server: FakeProviderServer
+) -> None:
+    with override_notifications(**{setting: ""}):
+        error = send_expecting(PermanentChannelError, channel, provider_server)
+    assert setting in str(error) and error.code == "not_configured"
+    assert provider_server.requests == []
+
+
+def test_retry_after_may_be_an_http_date() -> None:
+    from email.utils import formatdate
+
+    assert 25 <= (retry_after_seconds(formatdate(time.time() + 30, usegmt=True)) or 0) <= 30
+    assert retry_after_seconds("garbage") is None and retry_after_seconds(None) is None
+    assert retry_after_seconds("-5") == 0.0
+
+
+# --- The webhook SSRF guard --------------------------------------------------------------------
+
+
+def test_webhook_to_loopback_is_refused_unless_the_host_is_allowed(provider_server: FakeProviderServer) -> None:
+    message = outgoing("webhook", provider_server)
+    with pytest.raises(PermanentChannelError, match="WEBHOOK_ALLOW_HOSTS") as caught:
+        get_provider("webhook").send(message)
+    assert caught.value.code == "forbidden_target" and caught.value.extra["address"] == "127.0.0.1"
+    assert provider_server.requests == []
+
+    # Another port of the same host is not this one.
+    with override_notifications(WEBHOOK_ALLOW_HOSTS=["127.0.0.1:1"]), pytest.raises(PermanentChannelError):
+        get_provider("webhook").send(message)
+    for allowed in (provider_server.host_port, "127.0.0.1"):
+        with override_notifications(WEBHOOK_ALLOW_HOSTS=[allowed]):
+            get_provider("webhook").send(message)
+    assert len(provider_server.requests) == 2
+
+
+def test_webhook_to_localhost_by_name_is_refused(provider_server: FakeProviderServer) -> None:
+    port = provider_server.host_port.rsplit(":", 1)[1]
+    message = outgoing("webhook", provider_server, address=f"http://localhost:{port}/hook")
+    with pytest.raises(PermanentChannelError, match="resolves to"):
+        get_provider("webhook").send(message)
+    assert provider_server.requests == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.10",
+        "169.254.169.254",  # cloud metadata: link-local
+        "100.64.0.1",  # carrier-grade NAT
+        "0.0.0.0",
+        "224.0.0.251",  # multicast
+        "240.0.0.1",  # reserved
+        "[::1]",
+        "[fe80::1]",
+        "[fc00::1]",
+        "[::ffff:127.0.0.1]",  # IPv4-mapped loopback
+        "[ff02::1]",
+    ],
+)
+def test_webhook_refuses_internal_addresses(host: str, provider_server: FakeProviderServer) -> None:
+    message = outgoing("webhook", provider_server, address=f"http://{host}:8080/hook")
+    with pytest.raises(PermanentChannelError) as caught:
+        get_provider("webhook").send(message)
+    assert caught.value.code == "forbidden_target"
+
+
+def test_webhook_checks_every_address_a_name_resolves_to(
+    provider_server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DNS is the network boundary here: a name with one public and one private address.
+    def two_addresses(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    message = outgoing("webhook", provider_server, address="https://hooks.example.com/x")
+    with pytest.raises(PermanentChannelError, match="10.0.0.7"):
+        get_provider("webhook").send(message)
+
+
+def test_webhook_without_a_secret_is_refused(provider_server: FakeProviderServer) -> None:
+    with pytest.raises(PermanentChannelError, match="secret"):
+        send("webhook", provider_server, webhook_secret="")
+    assert provider_server.requests == []
+
+
+# --- Email through a real SMTP server ----------------------------------------------------------
+
+
+def test_email_is_sent_over_smtp_with_subject_body_recipient_and_notification_id(
+    smtp_server: LocalSmtpServer, provider_server: FakeProviderServer
+) -> None:
+    message, result = send("email", provider_server)
+    [mail] = smtp_server.received
+    assert mail.rcpt_tos == ["ann@example.com"]
+    assert mail.message["To"] == "ann@example.com"
+    assert mail.message["Subject"] == "Your order shipped"
+    assert mail.message["X-Notification-Id"] == message.notification_id
+    assert mail.message.get_content().strip() == "Parcel 42 is on its way"
+    assert result.provider_message_id == mail.message["Message-ID"]
+
+
+def test_email_to_a_refused_recipient_is_permanent(smtp_server: LocalSmtpServer, provider_server: FakeProviderServer) -> None:
+    smtp_server.refuse("nobody@example.com")
+    with pytest.raises(PermanentChannelError, match="refused"):
+        send("email", provider_server, address="nobody@example.com")
+    assert smtp_server.received == []
+
+
+# --- End to end: API -> RabbitMQ -> worker -> provider -----------------------------------------
+
+
+def accept(api: APIClient, channel: str, to: str) -> str:
+    response = api.post(
+        "/api/v1/notifications",
+        {"user_id": "u1", "channel": channel, "to": to, "subject": "Shipped", "message": "Parcel 42", "metadata": {"k": "v"}},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    return str(response.json()["id"])
+
+
+def delivered(notification_id: str) -> Notification | None:
+    notification = Notification.objects.get(pk=notification_id)
+    return notification if notification.status == Status.DELIVERED else None
+
+
+@pytest.mark.parametrize("channel", ["email", "sms", "push", "webhook"])
+def test_each_channel_delivers_end_to_end_and_stores_the_provider_message_id(
+    channel: str,
+    api: APIClient,
+    client_and_token: tuple[ApiClient, str],
+    worker: Any,
+    provider_server: FakeProviderServer,
+    smtp_server: LocalSmtpServer,
+) -> None:
+    to = {"email": "ann@example.com", "sms": PHONE, "push": DEVICE, "webhook": provider_server.url("/hooks/e2e")}[channel]
+    with override_notifications(WEBHOOK_ALLOW_HOSTS=[provider_server.host_port]):
+        notification_id = accept(api, channel, to)
+        notification = wait_until(lambda: delivered(notification_id), timeout=20, message=f"{channel} delivered")
+        assert notification is not None
+
+    if channel == "email":
+        [mail] = smtp_server.received
+        assert mail.message["X-Notification-Id"] == notification_id and mail.rcpt_tos == [to]
+        assert notification.provider_message_id == mail.message["Message-ID"]
+    else:
+        [request] = provider_server.requests
+        if channel == "sms":
+            assert request.form["To"] == PHONE and request.headers["i-twilio-idempotency-token"] == notification_id
+            assert notification.provider_message_id == request.reply_body["sid"]
+        elif channel == "push":
+            assert request.json["message"]["data"]["notification_id"] == notification_id
+            assert notification.provider_message_id == request.reply_body["name"]
+        else:
+            secret = client_and_token[0].webhook_secret
+            signed = hmac.new(secret.encode(), request.headers["x-timestamp"].encode() + b"." + request.body, hashlib.sha256)
+            assert request.headers["x-signature"] == f"sha256={signed.hexdigest()}"
+            assert request.headers["idempotency-key"] == notification_id == json.loads(request.body)["id"]
+            assert notification.provider_message_id.startswith("wh-")
+    assert notification.attempt_count == 1
+    assert list(notification.attempts.values_list("outcome", flat=True)) == [AttemptOutcome.DELIVERED]
+
+
+def test_a_provider_429_waits_its_retry_after_and_does_not_spend_the_retry_budget(
+    api: APIClient, worker: Any, provider_server: FakeProviderServer
+) -> None:
+    provider_server.reply_next(Reply(429, {"code": 20429, "message": "Too Many Requests", "status": 429}, {"Retry-After": "1"}))
+    with override_notifications(RETRY_MAX_ATTEMPTS=1):
+        notification_id = accept(api, "sms", PHONE)
+        notification = wait_until(lambda: delivered(notification_id), timeout=20, message="sms delivered after a 429")
+        assert notification is not None
+
+    throttled, accepted = provider_server.requests
+    assert (throttled.reply_status, accepted.reply_status) == (429, 201)
+    assert accepted.received_at - throttled.received_at >= 0.9  # Retry-After: 1 honoured
+    assert throttled.headers["i-twilio-idempotency-token"] == accepted.headers["i-twilio-idempotency-token"] == notification_id
+    # With a budget of one attempt, a counted 429 would have made it dead instead.
+    assert notification.attempt_count == 1
+    assert notification.provider_message_id == accepted.reply_body["sid"]
+    outcomes = list(
+        DeliveryAttempt.objects.filter(notification_id=notification_id).order_by("number").values_list("outcome", flat=True)
+    )
+    assert outcomes == [AttemptOutcome.TRANSIENT_ERROR, AttemptOutcome.DELIVERED]
