@@ -39,8 +39,12 @@ def test_readyz_is_200_with_every_dependency_up(db: None) -> None:
 
 def test_readyz_is_503_naming_what_is_down() -> None:
     completed = run_manage(
-        "shell", "--no-imports", "-c", READYZ_PROBE,
-        BROKER_URL="amqp://guest:guest@127.0.0.1:1/nothing", REDIS_URL="redis://127.0.0.1:1/0",
+        "shell",
+        "--no-imports",
+        "-c",
+        READYZ_PROBE,
+        BROKER_URL="amqp://guest:guest@127.0.0.1:1/nothing",
+        REDIS_URL="redis://127.0.0.1:1/0",
     )
     assert completed.returncode == 0, completed.stderr
     status, body = completed.stdout.strip().split("\n", 1)

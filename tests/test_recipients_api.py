@@ -10,7 +10,13 @@ URL = "/api/v1/recipients"
 
 
 def test_put_creates_then_replaces_and_get_reads_it(api: APIClient) -> None:
-    body = {"email": "ann@example.com", "phone": "+14155550123", "push_tokens": ["tok-1"], "locale": "en-GB", "timezone": "Europe/London"}
+    body = {
+        "email": "ann@example.com",
+        "phone": "+14155550123",
+        "push_tokens": ["tok-1"],
+        "locale": "en-GB",
+        "timezone": "Europe/London",
+    }
     created = api.put(f"{URL}/ann", body, format="json")
     assert created.status_code == 201
     assert created.json()["email"] == "ann@example.com"
