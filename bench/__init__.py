@@ -1,0 +1,1 @@
+"""Benchmarks of the delivery pipeline (``make bench``)."""
