@@ -328,7 +328,6 @@ def write_results(
 |---|---:|---:|
 | Raw pika: publish (persistent, confirms) + consume/ack by 2 processes | {messages} | {raw:.0f} |
 | Pipeline: accept -> RabbitMQ -> 2 workers -> no-op provider -> delivered | {messages} | {pipeline["rate"]:.0f} |
-
 | Workers only: a queued backlog drained by 2 workers -> no-op provider -> delivered | {messages} | {pipeline["drain_rate"]:.0f} |
 
 End to end / raw pika: **{ratio:.2f}** ({ratio * 100:.1f}%). Workers only / raw pika: **{drain_ratio:.2f}**.

@@ -35,7 +35,7 @@ from .fakes import (  # noqa: F401  (fixtures)
     smtp_server_fixture,
     twilio_error,
 )
-from .helpers import wait_until
+from .helpers import PlatformProcess, platform_env, wait_until
 
 SECRET = "s3cret-webhook-key"
 PHONE = "+14155550123"
@@ -343,20 +343,45 @@ def delivered(notification_id: str) -> Notification | None:
     return notification if notification.status == Status.DELIVERED else None
 
 
+def worker_process_env(provider_server: FakeProviderServer, smtp_server: LocalSmtpServer) -> dict[str, str]:
+    """A worker process's environment with every channel pointed at the local fake providers."""
+    return platform_env(
+        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+        EMAIL_HOST="127.0.0.1",
+        EMAIL_PORT=str(smtp_server.port),
+        TWILIO_API_BASE=provider_server.base_url,
+        TWILIO_ACCOUNT_SID=TWILIO_SID,
+        TWILIO_AUTH_TOKEN=TWILIO_TOKEN,
+        TWILIO_FROM_NUMBER=TWILIO_FROM,
+        FCM_API_BASE=provider_server.base_url,
+        FCM_PROJECT_ID=FCM_PROJECT,
+        FCM_ACCESS_TOKEN=FCM_TOKEN,
+        PROVIDER_TIMEOUT_SECONDS="5",
+        WEBHOOK_TIMEOUT_SECONDS="5",
+        WEBHOOK_ALLOW_HOSTS=provider_server.host_port,
+        LOG_FORMAT="text",
+    )
+
+
 @pytest.mark.parametrize("channel", ["email", "sms", "push", "webhook"])
-def test_each_channel_delivers_end_to_end_and_stores_the_provider_message_id(
+def test_each_channel_delivers_end_to_end_through_a_worker_process_and_stores_the_provider_message_id(
     channel: str,
+    transactional_db: None,
+    broker: Any,
     api: APIClient,
     client_and_token: tuple[ApiClient, str],
-    worker: Any,
     provider_server: FakeProviderServer,
     smtp_server: LocalSmtpServer,
 ) -> None:
     to = {"email": "ann@example.com", "sms": PHONE, "push": DEVICE, "webhook": provider_server.url("/hooks/e2e")}[channel]
-    with override_notifications(WEBHOOK_ALLOW_HOSTS=[provider_server.host_port]):
+    with PlatformProcess(
+        "rundramatiq", "--processes", "1", "--threads", "2", env=worker_process_env(provider_server, smtp_server)
+    ) as worker:
         notification_id = accept(api, channel, to)
-        notification = wait_until(lambda: delivered(notification_id), timeout=20, message=f"{channel} delivered")
-        assert notification is not None
+        try:
+            notification = wait_until(lambda: delivered(notification_id), timeout=30, message=f"{channel} delivered")
+        except AssertionError:
+            raise AssertionError(f"{channel} not delivered; worker log:\n{worker.output()[-3000:]}") from None
 
     if channel == "email":
         [mail] = smtp_server.received
