@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import contextlib
+import glob
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import dramatiq
+from django.conf import settings
+from django.utils import timezone
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess, start_http_server, values
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .conf import get_config
+
+logger = logging.getLogger(__name__)
 
 # Provider calls are usually tens of milliseconds to a few seconds; the top buckets catch hangs
 # up to the provider timeouts.
@@ -46,3 +65,185 @@ notifications_processing_seconds = Histogram(
     "notifications_processing_seconds",
     "Time the consumer spent on one event, from delivery to ack or nack.",
 )
+
+
+# --- Recording, called by services and the event consumer -------------------------------------
+
+# A DeliveryAttempt outcome -> the ``status`` label of notifications_sent.
+_SENT_STATUS = {
+    "delivered": "delivered",
+    "transient_error": "transient",
+    "interrupted": "transient",
+    "permanent_error": "permanent",
+}
+
+
+def record_attempt(*, channel: str, outcome: str, seconds: float | None) -> None:
+    """One finished delivery attempt; ``seconds`` is the provider call time when there was one."""
+    notifications_sent.labels(channel=channel, status=_SENT_STATUS.get(outcome, outcome)).inc()
+    if seconds is not None:
+        notification_delivery_seconds.labels(channel=channel).observe(seconds)
+
+
+def record_delivered(*, channel: str, accepted_at: datetime) -> None:
+    notification_end_to_end_seconds.labels(channel=channel).observe(max(0.0, (timezone.now() - accepted_at).total_seconds()))
+
+
+def record_dead(*, channel: str) -> None:
+    notifications_sent.labels(channel=channel, status="dead").inc()
+
+
+def record_retry(*, channel: str, reason: str) -> None:
+    notification_retries.labels(channel=channel, reason=reason).inc()
+
+
+def record_rate_limited(*, channel: str) -> None:
+    notification_rate_limited.labels(channel=channel).inc()
+
+
+def record_event_processed(*, status: str, seconds: float) -> None:
+    """For the consumer: ``status`` is success, duplicate, failed or failed_transient."""
+    notifications_processed.labels(status=status).inc()
+    notifications_processing_seconds.observe(seconds)
+
+
+# --- Scrape-time gauges (web process) ----------------------------------------------------------
+
+BROKER_TIMEOUT_SECONDS = 1.0
+
+
+def monitored_queues() -> list[str]:
+    from .actors import BULK_QUEUE, HIGH_QUEUE
+
+    # .DQ holds delayed messages (retries, near-future sends); .XQ is dramatiq's own dead letters.
+    queues = [f"{queue}{suffix}" for queue in (HIGH_QUEUE, BULK_QUEUE) for suffix in ("", ".DQ", ".XQ")]
+    config = get_config()
+    # The event consumer's queue and its dead letters, once notifications/conf.py names them.
+    queues += [str(name) for name in (getattr(config, "events_queue", ""), getattr(config, "events_dlq", "")) if name]
+    return queues
+
+
+def broker_queue_sizes(queues: list[str], *, timeout: float = BROKER_TIMEOUT_SECONDS) -> dict[str, int]:
+    """Ready-message counts by passive declare; queues that do not exist are left out."""
+    import pika
+    import pika.exceptions
+
+    parameters = pika.URLParameters(settings.BROKER_URL)
+    parameters.socket_timeout = timeout
+    parameters.blocked_connection_timeout = timeout
+    parameters.stack_timeout = timeout * 2
+    parameters.connection_attempts = 1
+    parameters.retry_delay = 0
+    sizes: dict[str, int] = {}
+    connection = pika.BlockingConnection(parameters)
+    try:
+        channel = connection.channel()
+        for queue in queues:
+            try:
+                sizes[queue] = int(channel.queue_declare(queue=queue, passive=True).method.message_count)
+            except pika.exceptions.ChannelClosedByBroker:
+                # 404: the queue is not declared (yet); the broker closed the channel with it.
+                channel = connection.channel()
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
+    return sizes
+
+
+class ScrapeTimeCollector(Collector):
+    """``notification_queue_size{queue}`` from RabbitMQ and ``dlq_size`` from the database, read on
+    every scrape so they are true whichever process serves them. A service that is down leaves its
+    gauge out of that scrape rather than failing the whole scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        if not settings.BROKER_IS_EMBEDDED:
+            try:
+                sizes = broker_queue_sizes(monitored_queues())
+            except Exception:
+                logger.warning("could not read queue sizes from the broker", exc_info=True)
+            else:
+                queue_size = GaugeMetricFamily(
+                    "notification_queue_size", "Messages ready in each RabbitMQ queue.", labels=["queue"]
+                )
+                for queue, size in sizes.items():
+                    queue_size.add_metric([queue], size)
+                yield queue_size
+        try:
+            from .models import DeadLetter, Resolution
+
+            unresolved = DeadLetter.objects.filter(resolution=Resolution.UNRESOLVED).count()
+        except Exception:
+            logger.warning("could not count dead letters", exc_info=True)
+        else:
+            yield GaugeMetricFamily("dlq_size", "Unresolved dead letters.", value=unresolved)
+
+
+_scrape_collector: ScrapeTimeCollector | None = None
+_scrape_lock = threading.Lock()
+
+
+def register_scrape_time_collector(registry: CollectorRegistry = REGISTRY) -> None:
+    """Called by the web process's URLconf, so only the process serving /metrics reads the
+    broker and database on scrape. Idempotent."""
+    global _scrape_collector
+    with _scrape_lock:
+        if _scrape_collector is None:
+            _scrape_collector = ScrapeTimeCollector()
+            registry.register(_scrape_collector)
+
+
+# --- Exporters for the worker and consumer processes -------------------------------------------
+
+
+def multiprocess_mode() -> bool:
+    """Whether prometheus_client was imported with PROMETHEUS_MULTIPROC_DIR set (worker processes)."""
+    return values.ValueClass is not values.MutexValue
+
+
+def _process_registry() -> CollectorRegistry:
+    if not multiprocess_mode():
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
+
+
+def serve_process_metrics(port: int, *, addr: str = "0.0.0.0") -> int:
+    """Serve this process's metrics on ``port`` (0 = any free one) from a daemon thread; returns
+    the port bound. For single-process commands such as ``consume_events``."""
+    server, _thread = start_http_server(port, addr=addr, registry=_process_registry())
+    return int(server.server_port)
+
+
+def worker_metrics_environment() -> dict[str, str]:
+    """Environment for ``python -m dramatiq``: prometheus_client's multiprocess mode must be on
+    before it is first imported, in the parent of every worker process. Old files from earlier
+    runs are removed so counters start from zero, as a restarted process's would."""
+    directory = settings.WORKER_METRICS_DIR or tempfile.mkdtemp(prefix="notifications-worker-metrics-")
+    os.makedirs(directory, exist_ok=True)
+    for stale in glob.glob(os.path.join(directory, "*.db")):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(stale)
+    return {"PROMETHEUS_MULTIPROC_DIR": directory}
+
+
+def serve_worker_metrics() -> None:
+    """Dramatiq fork process: serve what every worker process wrote to the multiprocess dir."""
+    server, thread = start_http_server(
+        settings.WORKER_METRICS_PORT, addr=settings.WORKER_METRICS_ADDR, registry=_process_registry()
+    )
+    logger.info("worker metrics on port %d", server.server_port)
+    thread.join()
+
+
+class WorkerMetricsMiddleware(dramatiq.Middleware):
+    """Adds the metrics exporter as a Dramatiq fork process (port WORKER_METRICS_PORT) and marks a
+    worker process's files dead when it stops, so its live gauges leave the totals."""
+
+    @property
+    def forks(self) -> list[Callable[[], Any]]:
+        return [serve_worker_metrics] if multiprocess_mode() and settings.WORKER_METRICS_PORT else []
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if multiprocess_mode():
+            multiprocess.mark_process_dead(os.getpid())

@@ -24,7 +24,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import tracing
+from . import metrics, tracing
 from .addresses import recipient_address, validate_address
 from .channels import OutgoingMessage, get_provider
 from .conf import get_config
@@ -416,6 +416,7 @@ def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
         return DeliveryOutcome("skipped")
     reservation = wait_for_send_slot(notification.channel)
     if not reservation.reserved:
+        metrics.record_rate_limited(channel=notification.channel)
         raise SendRateLimited(reservation.wait_seconds)
     attempt = _notification_claim(notification)
     if attempt is None:
@@ -479,6 +480,7 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
             provider_message_id=result.provider_message_id[:255],
             last_error="",
         )
+    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
     logger.info(
         "delivered notification %s on %s", notification.pk, notification.channel, extra={"notification_id": str(notification.pk)}
     )
@@ -495,8 +497,10 @@ def _attempt_finish(
 ) -> None:
     attempt.outcome = outcome
     attempt.finished_at = timezone.now()
-    if started is not None:
-        attempt.duration_ms = int((time.monotonic() - started) * 1000)
+    seconds = None if started is None else time.monotonic() - started
+    if seconds is not None:
+        attempt.duration_ms = int(seconds * 1000)
+    metrics.record_attempt(channel=attempt.notification.channel, outcome=outcome, seconds=seconds)
     if error is not None:
         attempt.error_class = f"{type(error).__module__}.{type(error).__qualname__}"
         attempt.error_message = str(error)[:4000]
@@ -537,6 +541,7 @@ def _record_transient_failure(
                 enqueued_at=None,
                 last_error=str(exc)[:4000],
             )
+            metrics.record_rate_limited(channel=notification.channel)
             outcome = "retrying"
         else:
             outcome = _schedule_retry_or_dead_letter(notification, exc)
@@ -561,6 +566,7 @@ def _schedule_retry_or_dead_letter(notification: Notification, exc: BaseExceptio
         if Notification.transition(notification.pk, Status.DEAD, last_error=str(exc)[:4000]):
             notification.refresh_from_db()
             _dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
+            metrics.record_dead(channel=notification.channel)
         logger.warning(
             "notification %s is dead after %d attempts",
             notification.pk,
@@ -577,6 +583,7 @@ def _schedule_retry_or_dead_letter(notification: Notification, exc: BaseExceptio
         enqueued_at=None,
         last_error=str(exc)[:4000],
     )
+    metrics.record_retry(channel=notification.channel, reason=getattr(exc, "code", "unexpected"))
     return "retrying"
 
 

@@ -128,6 +128,7 @@ _DRAMATIQ_MIDDLEWARE = [
     "dramatiq.middleware.Retries",
     "dramatiq.middleware.CurrentMessage",
     "notifications.tracing.TraceContextMiddleware",
+    "notifications.metrics.WorkerMetricsMiddleware",
     "django_dramatiq.middleware.DbConnectionsMiddleware",
 ]
 if BROKER_IS_EMBEDDED:
@@ -228,6 +229,21 @@ NOTIFICATIONS = {
     "PROVIDER_TIMEOUT_SECONDS": env.float("PROVIDER_TIMEOUT_SECONDS", default=10.0),
     "EVENTS_API_CLIENT": env.str("EVENTS_API_CLIENT", default="events"),
 }
+
+# --- Metrics and traces (docs/observability.md) -------------------------------------------------
+# The web process serves /metrics itself; workers (all their processes, through prometheus_client's
+# multiprocess mode) and the event consumer each serve theirs on a port of their own. 0 = off.
+WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=9191)
+WORKER_METRICS_ADDR = env.str("WORKER_METRICS_ADDR", default="0.0.0.0")
+# Where worker processes keep their metric files; unset = a fresh temporary directory per start.
+WORKER_METRICS_DIR = env.str("WORKER_METRICS_DIR", default="")
+CONSUMER_METRICS_PORT = env.int("CONSUMER_METRICS_PORT", default=9192)
+# Standard OpenTelemetry variables; the SDK reads the rest (headers, protocol) itself. With neither
+# set, spans are made (the trace id is stored and logged) but nothing is exported.
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="notifications")
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="")
+OTEL_TRACES_EXPORTER = env.str("OTEL_TRACES_EXPORTER", default="")
 
 # --- Logging ------------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

@@ -5,6 +5,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from notifications.api.views import LivenessView, ReadinessView
+from notifications.metrics import register_scrape_time_collector
+
+# Only the web process loads the URLconf, so only it reads queue sizes and dlq_size on a scrape.
+register_scrape_time_collector()
 
 urlpatterns = [
     path("api/v1/", include("notifications.api.urls")),

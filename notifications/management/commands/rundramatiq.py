@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notifications.actors import BULK_QUEUE, HIGH_QUEUE
+from notifications.metrics import worker_metrics_environment
 
 
 class Command(BaseCommand):
@@ -52,4 +53,6 @@ class Command(BaseCommand):
         self.stdout.write(f"starting workers: {' '.join(argv[1:])}")
         self.stdout.flush()
         os.chdir(settings.BASE_DIR)
+        # Before the exec, so prometheus_client starts in multiprocess mode in every worker process.
+        os.environ.update(worker_metrics_environment())
         os.execv(sys.executable, argv)

@@ -1,0 +1,224 @@
+"""Prometheus metrics: what /metrics on the web process shows after real deliveries, the gauges
+read from RabbitMQ and PostgreSQL at scrape time, and the worker and consumer exporters."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections.abc import Iterator
+
+import dramatiq
+import pytest
+from django.test import Client, override_settings
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from notifications import metrics, services
+from notifications.actors import HIGH_QUEUE, deliver_notification
+from notifications.models import DeadLetter, Notification, Status
+
+from .factories import accept_notification
+from .helpers import PlatformProcess, wait_until
+from .test_delivery_pipeline import SmtpServer, pipeline_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    return parse(response.content.decode())
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpServer]:
+    server = SmtpServer()
+    with override_settings(
+        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend", EMAIL_HOST="127.0.0.1", EMAIL_PORT=server.port
+    ):
+        yield server
+    server.close()
+
+
+def wait_for(notification_id: object, *statuses: str) -> Notification:
+    return wait_until(
+        lambda: Notification.objects.filter(pk=notification_id, status__in=statuses).first(),
+        timeout=15,
+        message=f"notification {notification_id} in {statuses}",
+    )
+
+
+def test_a_delivery_a_permanent_and_a_transient_failure_are_counted_with_their_labels(
+    api: APIClient, smtp: SmtpServer, worker: dramatiq.Worker
+) -> None:
+    before = scrape()
+    smtp.answer_next("250 OK")
+    response = api.post("/api/v1/notifications", {"user_id": "u1", "to": "ann@example.com", "message": "hi"}, format="json")
+    assert response.status_code == 202
+    wait_for(response.json()["id"], Status.DELIVERED)
+
+    smtp.answer_next("550 5.1.1 no such user")
+    response = api.post("/api/v1/notifications", {"user_id": "u2", "to": "bob@example.com", "message": "hi"}, format="json")
+    wait_for(response.json()["id"], Status.FAILED)
+
+    with override_settings(NOTIFICATIONS={**_notifications_settings(), "RETRY_BASE_SECONDS": 0.05, "RETRY_CAP_SECONDS": 0.1}):
+        smtp.answer_next("451 4.3.0 try later")
+        response = api.post("/api/v1/notifications", {"user_id": "u3", "to": "cy@example.com", "message": "hi"}, format="json")
+        wait_for(response.json()["id"], Status.DELIVERED)
+
+    after = scrape()
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("notifications_sent_total", channel="email", status="delivered") == 2
+    assert delta("notifications_sent_total", channel="email", status="permanent") == 1
+    assert delta("notifications_sent_total", channel="email", status="transient") == 1
+    assert delta("notification_retries_total", channel="email", reason="transient") == 1
+    assert delta("notification_delivery_seconds_count", channel="email") == 4
+    assert delta("notification_delivery_seconds_bucket", channel="email", le="+Inf") == 4
+    assert delta("notification_end_to_end_seconds_count", channel="email") == 2
+    assert delta("notification_end_to_end_seconds_sum", channel="email") > 0
+    # The permanent failure is a dead letter, counted from the database when scraped.
+    assert value(after, "dlq_size") == 1
+
+
+def _notifications_settings() -> dict[str, object]:
+    from django.conf import settings
+
+    return dict(settings.NOTIFICATIONS)
+
+
+def test_retries_running_out_count_the_notification_as_dead(client_and_token: tuple[object, str], smtp: SmtpServer) -> None:
+    client, _ = client_and_token
+    smtp.answer_always("451 4.3.0 try later")
+    with override_settings(NOTIFICATIONS={**_notifications_settings(), "RETRY_MAX_ATTEMPTS": 1}):
+        before = scrape()
+        notification = accept_notification(client)  # type: ignore[arg-type]
+        outcome = services.notification_deliver(notification_id=notification.pk)
+        after = scrape()
+    assert outcome.outcome == "dead"
+    assert (
+        value(after, "notifications_sent_total", channel="email", status="dead")
+        - value(before, "notifications_sent_total", channel="email", status="dead")
+        == 1
+    )
+    assert value(after, "dlq_size") == 1
+
+
+def test_a_send_without_a_free_rate_limit_slot_counts_as_rate_limited(client_and_token: tuple[object, str]) -> None:
+    client, _ = client_and_token
+    notification = accept_notification(client)  # type: ignore[arg-type]
+    before = scrape()
+    with override_settings(NOTIFICATIONS={**_notifications_settings(), "RATE_LIMITS": "email=1/h"}):
+        services.notification_deliver(notification_id=notification.pk)
+        second = accept_notification(client)  # type: ignore[arg-type]
+        with pytest.raises(services.SendRateLimited):
+            services.notification_deliver(notification_id=second.pk)
+    after = scrape()
+    assert (
+        value(after, "notification_rate_limited_total", channel="email")
+        - value(before, "notification_rate_limited_total", channel="email")
+        == 1
+    )
+
+
+def test_queue_sizes_are_read_from_rabbitmq_at_scrape_time(broker: dramatiq.Broker) -> None:
+    assert value(scrape(), "notification_queue_size", queue=HIGH_QUEUE) == 0
+    for _ in range(3):
+        deliver_notification.send("00000000-0000-0000-0000-000000000000")
+    samples = wait_until(lambda: (s := scrape()) and value(s, "notification_queue_size", queue=HIGH_QUEUE) == 3 and s)
+    assert ("notification_queue_size", (("queue", f"{HIGH_QUEUE}.DQ"),)) in samples
+    broker.flush_all()
+    assert value(scrape(), "notification_queue_size", queue=HIGH_QUEUE) == 0
+
+
+def test_dlq_size_counts_only_unresolved_dead_letters_when_scraped(db: None) -> None:
+    assert value(scrape(), "dlq_size") == 0
+    letters = [DeadLetter.objects.create(channel="sms", reason="permanent_failure") for _ in range(2)]
+    assert value(scrape(), "dlq_size") == 2
+    services.dead_letter_discard(dead_letter=letters[0], by=None)
+    assert value(scrape(), "dlq_size") == 1
+
+
+def test_a_broker_that_is_down_leaves_the_queue_gauge_out_but_the_scrape_still_answers(db: None) -> None:
+    with override_settings(BROKER_URL="amqp://guest:guest@127.0.0.1:1/%2F"):
+        samples = scrape()
+    assert not [key for key in samples if key[0] == "notification_queue_size"]
+    assert ("dlq_size", ()) in samples
+    assert value(samples, "dlq_size") == 0
+
+
+def test_consumer_metrics_are_counted_and_served_on_their_own_port(db: None) -> None:
+    # notifications/events.py (the consumer) is not committed yet; this covers what it will call.
+    before = scrape()
+    metrics.record_event_processed(status="duplicate", seconds=0.01)
+    metrics.record_event_processed(status="success", seconds=0.02)
+    after = scrape()
+    for status in ("duplicate", "success"):
+        assert (
+            value(after, "notifications_processed_total", status=status)
+            - value(before, "notifications_processed_total", status=status)
+            == 1
+        )
+    assert value(after, "notifications_processing_seconds_count") - value(before, "notifications_processing_seconds_count") == 2
+
+    port = metrics.serve_process_metrics(0, addr="127.0.0.1")
+    served = parse(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+    assert value(served, "notifications_processed_total", status="duplicate") == value(
+        after, "notifications_processed_total", status="duplicate"
+    )
+
+
+def test_metrics_of_every_worker_process_are_served_on_the_worker_port(
+    client_and_token: tuple[object, str], broker: dramatiq.Broker
+) -> None:
+    smtp = SmtpServer()
+    port = free_port()
+    client, _ = client_and_token
+    worker = PlatformProcess(
+        "rundramatiq",
+        "--processes",
+        "2",
+        "--threads",
+        "2",
+        env=pipeline_env(smtp, WORKER_METRICS_PORT=str(port)),  # type: ignore[arg-type]
+    )
+    try:
+        notifications = [accept_notification(client) for _ in range(4)]  # type: ignore[arg-type]
+        for notification in notifications:
+            wait_for(notification.pk, Status.DELIVERED)
+
+        def worker_samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            except OSError:
+                return None
+            samples = parse(body)
+            return samples if value(samples, "notifications_sent_total", channel="email", status="delivered") == 4 else None
+
+        samples = wait_until(worker_samples, timeout=20, message=f"worker metrics on :{port}; log:\n{worker.output()[-3000:]}")
+        assert value(samples, "notification_delivery_seconds_count", channel="email") == 4
+        assert value(samples, "notification_end_to_end_seconds_count", channel="email") == 4
+        assert len(smtp.received) == 4
+    finally:
+        worker.kill()
+        smtp.close()
