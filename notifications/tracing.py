@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
+import logging
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
+from django.conf import settings
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind
@@ -15,8 +18,74 @@ from opentelemetry.trace import Span, SpanKind
 if TYPE_CHECKING:
     from .models import Notification
 
+logger = logging.getLogger(__name__)
 tracer = trace.get_tracer("notifications")
 _TRACE_OPTION = "trace_context"
+# Probes and scrapes would be most of the spans and tell nothing.
+EXCLUDED_URLS = "healthz,readyz,metrics"
+_configured = False
+_configure_lock = threading.Lock()
+
+
+def configure() -> None:
+    """Install the tracer provider and the library instrumentations, once per process.
+
+    Spans are always made, so trace ids exist to store on notifications and to put in log lines;
+    they are exported only when the standard OTEL_* variables ask for it (the OTLP exporter reads
+    its endpoint, headers and protocol from them itself).
+    """
+    global _configured
+    with _configure_lock:
+        if _configured:
+            return
+        _configured = True
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider(resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME}))
+        exporter = _span_exporter()
+        if exporter is not None:
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+    _instrument_libraries()
+
+
+def _span_exporter() -> Any:
+    choice = settings.OTEL_TRACES_EXPORTER.strip().lower()
+    wants_otlp = choice == "otlp" or (
+        not choice and (settings.OTEL_EXPORTER_OTLP_ENDPOINT or settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+    )
+    if wants_otlp:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    if choice == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if choice not in ("", "none"):
+        logger.warning("OTEL_TRACES_EXPORTER=%r is not supported here (use otlp, console or none); not exporting", choice)
+    return None
+
+
+def _instrument_libraries() -> None:
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    DjangoInstrumentor().instrument(excluded_urls=EXCLUDED_URLS)
+    for module, name in (
+        ("opentelemetry.instrumentation.psycopg", "PsycopgInstrumentor"),
+        ("opentelemetry.instrumentation.redis", "RedisInstrumentor"),
+        ("opentelemetry.instrumentation.requests", "RequestsInstrumentor"),
+    ):
+        try:
+            instrumentor = getattr(importlib.import_module(module), name)()
+        except ImportError:
+            continue
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.instrument()
 
 
 def current_trace_id() -> str:

@@ -1,0 +1,117 @@
+"""Traces: one API request's trace runs through the queue to the provider call, its id is stored
+on the notification and carried by the JSON log lines; probes make no spans; export is opt-in."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import dramatiq
+import pytest
+from django.test import override_settings
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from rest_framework.test import APIClient
+
+from notifications import tracing
+from notifications.logging import JsonFormatter
+from notifications.models import Notification, Status
+
+from .helpers import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Finished spans of the tracer provider that start-up (tracing.configure) installed."""
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider), "tracing.configure() did not install the SDK tracer provider"
+    if not getattr(provider, "_test_exporter_added", False):
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        provider._test_exporter_added = True  # type: ignore[attr-defined]
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("notifications")
+    logger.addHandler(handler)
+    yield stream
+    logger.removeHandler(handler)
+
+
+def named(spans: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in spans.get_finished_spans() if span.name == name]
+
+
+def test_one_api_post_is_one_trace_from_request_through_deliver_to_the_provider(
+    api: APIClient, worker: dramatiq.Worker, spans: InMemorySpanExporter, json_log: io.StringIO
+) -> None:
+    response = api.post("/api/v1/notifications", {"user_id": "u1", "to": "ann@example.com", "message": "hi"}, format="json")
+    assert response.status_code == 202
+    notification_id = response.json()["id"]
+    wait_until(lambda: named(spans, "notification.send_email") and named(spans, "notification.deliver"), timeout=15)
+
+    (request,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER and "notifications" in s.name]
+    (deliver,) = named(spans, "notification.deliver")
+    (send,) = named(spans, "notification.send_email")
+    assert request.context is not None and deliver.context is not None and send.context is not None
+    trace_id = request.context.trace_id
+    assert deliver.context.trace_id == trace_id and send.context.trace_id == trace_id
+    assert deliver.parent is not None and deliver.parent.span_id == request.context.span_id
+    assert send.parent is not None and send.parent.span_id == deliver.context.span_id
+    assert deliver.kind == SpanKind.CONSUMER
+    assert deliver.attributes is not None and deliver.attributes["notification.id"] == notification_id
+    assert send.attributes is not None
+    assert send.attributes["notification.channel"] == "email"
+    assert send.attributes["notification.attempt"] == 1
+    assert send.attributes["notification.outcome"] == "delivered"
+
+    notification = Notification.objects.get(pk=notification_id)
+    assert notification.status == Status.DELIVERED
+    assert notification.trace_id == format(trace_id, "032x")
+
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    (delivered,) = [line for line in lines if line["message"].startswith("delivered notification")]
+    assert delivered["otelTraceID"] == format(trace_id, "032x")
+    assert delivered["otelSpanID"] == format(deliver.context.span_id, "016x")
+    assert delivered["notification_id"] == notification_id
+    assert delivered["level"] == "INFO" and delivered["logger"] == "notifications.services"
+    assert "hi" not in delivered["message"]
+
+
+def test_probes_and_scrapes_make_no_spans_but_the_api_does(api: APIClient, spans: InMemorySpanExporter) -> None:
+    for path in ("/healthz", "/readyz", "/metrics"):
+        api.get(path)
+    assert [s.name for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER] == []
+    api.get("/api/v1/notifications")
+    assert [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
+
+
+def test_log_lines_outside_a_span_are_json_without_trace_ids(json_log: io.StringIO) -> None:
+    logging.getLogger("notifications.test").warning("no span here")
+    (line,) = [json.loads(text) for text in json_log.getvalue().splitlines()]
+    assert line["message"] == "no span here" and line["level"] == "WARNING"
+    assert "otelTraceID" not in line and "otelSpanID" not in line
+
+
+def test_spans_are_exported_only_when_the_otel_variables_ask_for_it() -> None:
+    with override_settings(OTEL_EXPORTER_OTLP_ENDPOINT="", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="", OTEL_TRACES_EXPORTER=""):
+        assert tracing._span_exporter() is None
+    with override_settings(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318", OTEL_TRACES_EXPORTER=""):
+        assert type(tracing._span_exporter()).__name__ == "OTLPSpanExporter"
+    with override_settings(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318", OTEL_TRACES_EXPORTER="none"):
+        assert tracing._span_exporter() is None
