@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 
 scripts/services.sh
+scripts/promtool.sh  # the alert-rule tests need promtool; installed here, never skipped
 
 RUN_ID=${TEST_RUN_ID:-$(date +%s)$$}
 VHOST="notifications-test-$RUN_ID"
