@@ -37,6 +37,24 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class EventsConfig:
+    """The event consumer's topology and limits (see notifications/events.py)."""
+
+    exchange: str
+    queue: str
+    routing_key: str
+    dlx: str
+    dlq: str
+    prefetch: int
+    max_redeliveries: int
+    quorum_queues: bool
+    transient_retry_seconds: float
+    reconnect_base_seconds: float
+    reconnect_cap_seconds: float
+    dedup_ttl_seconds: int
+
+
+@dataclass(frozen=True)
 class NotificationsConfig:
     idempotency_key_ttl_seconds: int
     max_message_bytes: int
@@ -53,6 +71,7 @@ class NotificationsConfig:
     providers: dict[str, str]
     provider_timeout_seconds: float
     events_api_client: str
+    events: EventsConfig
     twilio_api_base: str
     twilio_account_sid: str
     twilio_auth_token: str = field(repr=False)
@@ -130,6 +149,7 @@ def get_config() -> NotificationsConfig:
         providers=dict(raw["PROVIDERS"]),
         provider_timeout_seconds=float(raw["PROVIDER_TIMEOUT_SECONDS"]),
         events_api_client=str(raw["EVENTS_API_CLIENT"]),
+        events=_events_config(raw),
         twilio_api_base=str(raw["TWILIO_API_BASE"]).rstrip("/"),
         twilio_account_sid=str(raw["TWILIO_ACCOUNT_SID"]),
         twilio_auth_token=str(raw["TWILIO_AUTH_TOKEN"]),
@@ -139,6 +159,28 @@ def get_config() -> NotificationsConfig:
         fcm_access_token=str(raw["FCM_ACCESS_TOKEN"]),
         raw=raw,
     )
+
+
+def _events_config(raw: dict[str, Any]) -> EventsConfig:
+    config = EventsConfig(
+        exchange=str(raw["EVENTS_EXCHANGE"]),
+        queue=str(raw["EVENTS_QUEUE"]),
+        routing_key=str(raw["EVENTS_ROUTING_KEY"]),
+        dlx=str(raw["EVENTS_DLX"]),
+        dlq=str(raw["EVENTS_DLQ"]),
+        prefetch=int(raw["EVENTS_PREFETCH"]),
+        max_redeliveries=int(raw["EVENTS_MAX_REDELIVERIES"]),
+        quorum_queues=bool(raw["EVENTS_QUORUM_QUEUES"]),
+        transient_retry_seconds=float(raw["EVENTS_TRANSIENT_RETRY_SECONDS"]),
+        reconnect_base_seconds=float(raw["EVENTS_RECONNECT_BASE_SECONDS"]),
+        reconnect_cap_seconds=float(raw["EVENTS_RECONNECT_CAP_SECONDS"]),
+        dedup_ttl_seconds=int(raw["EVENTS_DEDUP_TTL_SECONDS"]),
+    )
+    if config.prefetch < 1 or config.max_redeliveries < 0 or config.reconnect_base_seconds <= 0:
+        raise ImproperlyConfigured(
+            "EVENTS_PREFETCH must be >= 1, EVENTS_MAX_REDELIVERIES >= 0, EVENTS_RECONNECT_BASE_SECONDS > 0"
+        )
+    return config
 
 
 @receiver(setting_changed)

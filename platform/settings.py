@@ -228,6 +228,19 @@ NOTIFICATIONS = {
     "FCM_ACCESS_TOKEN": env.str("FCM_ACCESS_TOKEN", default=""),
     "PROVIDER_TIMEOUT_SECONDS": env.float("PROVIDER_TIMEOUT_SECONDS", default=10.0),
     "EVENTS_API_CLIENT": env.str("EVENTS_API_CLIENT", default="events"),
+    # The event consumer's RabbitMQ topology and limits (notifications/events.py).
+    "EVENTS_EXCHANGE": env.str("EVENTS_EXCHANGE", default="orders"),
+    "EVENTS_QUEUE": env.str("EVENTS_QUEUE", default="notifications"),
+    "EVENTS_ROUTING_KEY": env.str("EVENTS_ROUTING_KEY", default="order.created"),
+    "EVENTS_DLX": env.str("EVENTS_DLX", default="orders.dlq"),
+    "EVENTS_DLQ": env.str("EVENTS_DLQ", default="notifications.dlq"),
+    "EVENTS_PREFETCH": env.int("EVENTS_PREFETCH", default=10),
+    "EVENTS_MAX_REDELIVERIES": env.int("EVENTS_MAX_REDELIVERIES", default=10),
+    "EVENTS_QUORUM_QUEUES": env.bool("EVENTS_QUORUM_QUEUES", default=False),
+    "EVENTS_TRANSIENT_RETRY_SECONDS": env.float("EVENTS_TRANSIENT_RETRY_SECONDS", default=2.0),
+    "EVENTS_RECONNECT_BASE_SECONDS": env.float("EVENTS_RECONNECT_BASE_SECONDS", default=5.0),
+    "EVENTS_RECONNECT_CAP_SECONDS": env.float("EVENTS_RECONNECT_CAP_SECONDS", default=300.0),
+    "EVENTS_DEDUP_TTL_SECONDS": env.int("EVENTS_DEDUP_TTL_SECONDS", default=24 * 3600),
 }
 
 # --- Metrics and traces (docs/observability.md) -------------------------------------------------

@@ -1,0 +1,544 @@
+"""The RabbitMQ consumer of domain events: topology, decode, dedup, ack/nack, dead letters.
+
+How a message ends (each counted in ``notifications_processed{status}``):
+
+- ``success``: a new notification, made by :func:`services.notification_accept` exactly as the API
+  makes one; ack.
+- ``duplicate``: the event's key was already claimed in :class:`ProcessedEvent`; ack, nothing new.
+  The claim is a unique insert in the same transaction as the notification, so a redelivery, a
+  second consumer or a crash between commit and ack can never make a second notification.
+- ``failed``: malformed (bad JSON, a missing or wrongly typed field, an address that can never be
+  valid); ``basic_nack(requeue=False)``, which RabbitMQ dead-letters through ``orders.dlq`` into
+  ``notifications.dlq``. Also where a message ends that failed transiently more than
+  ``EVENTS_MAX_REDELIVERIES`` times.
+- ``failed_transient``: PostgreSQL or Redis unavailable; wait (keeping the connection's
+  heartbeats going), then ``basic_nack(requeue=True)``. Classic queues only say ``redelivered``,
+  so the consumer counts its own requeues per event key in memory (quorum queues give
+  ``x-delivery-count``, which is used when present). An in-memory count is what still works while
+  the database and Redis are the things that are down; a restart only resets the bound.
+
+Dead letters become :class:`DeadLetter` rows (``source=event``) by *consuming*
+``notifications.dlq``, not by writing a row at nack time: the nack then never depends on the
+database (which is down in exactly the redelivery-limit case), RabbitMQ's own dead-lettering
+(a quorum queue's delivery limit, another consumer's reject) is recorded too, and a DLQ message is
+acked only after its row is committed, so nothing is lost while PostgreSQL is away. The reason is
+found again by re-validating the body (it validates: the redelivery limit; it does not: the
+validation error). A crash between that commit and the ack can record one message twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+import hashlib
+import json
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+from django.conf import settings
+from django.db import IntegrityError, InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.template.loader import render_to_string
+from django.utils import timezone
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from . import services
+from .conf import CHANNELS, EventsConfig, get_config
+from .errors import NotificationError
+from .metrics import notifications_processed, notifications_processing_seconds
+from .models import DeadLetter, DeadLetterReason, DeadLetterSource, ProcessedEvent, Resolution
+
+try:  # Redis errors are transient too when the cache is Redis.
+    from redis.exceptions import RedisError as _RedisError
+except ImportError:  # pragma: no cover
+    _RedisError = OSError  # type: ignore[assignment,misc]
+
+logger = logging.getLogger("notifications.events")
+tracer = trace.get_tracer("notifications.events")
+_w3c = TraceContextTextMapPropagator()
+
+# The database or Redis being away; anything else the database says is an answer, not an outage.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, _RedisError)
+
+
+class MalformedEvent(Exception):
+    """The message can never be processed as it is; the text says why."""
+
+
+@dataclass(frozen=True)
+class OrderCreated:
+    order_id: int | str
+    project_id: int | str
+    description: str
+    amount: float
+    user_id: str
+    email: str = ""
+    channel: str = "email"
+
+    @property
+    def key(self) -> str:
+        return f"order.created:{self.order_id}"
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    status: str  # success | duplicate | failed | failed_transient
+    event_key: str = ""
+    notification_id: str = ""
+    reason: str = ""
+
+
+# --- Topology ------------------------------------------------------------------------------------
+
+
+def connection_parameters() -> pika.URLParameters:
+    parameters = pika.URLParameters(settings.BROKER_URL)
+    parameters.heartbeat = 30
+    parameters.blocked_connection_timeout = 30
+    parameters.connection_attempts = 1
+    return parameters
+
+
+def declare_topology(channel: Any, config: EventsConfig | None = None) -> None:
+    """Declare exchanges, queues and bindings; idempotent, so every consumer and publisher does it."""
+    config = config or get_config().events
+    channel.exchange_declare(exchange=config.exchange, exchange_type="topic", durable=True)
+    channel.exchange_declare(exchange=config.dlx, exchange_type="fanout", durable=True)
+    arguments: dict[str, Any] = {"x-dead-letter-exchange": config.dlx}
+    dlq_arguments: dict[str, Any] = {}
+    if config.quorum_queues:
+        # RabbitMQ dead-letters by itself past the limit; our own count usually gets there first.
+        arguments.update({"x-queue-type": "quorum", "x-delivery-limit": config.max_redeliveries + 1})
+        dlq_arguments["x-queue-type"] = "quorum"
+    channel.queue_declare(queue=config.queue, durable=True, arguments=arguments)
+    channel.queue_bind(queue=config.queue, exchange=config.exchange, routing_key=config.routing_key)
+    channel.queue_declare(queue=config.dlq, durable=True, arguments=dlq_arguments)
+    channel.queue_bind(queue=config.dlq, exchange=config.dlx)
+
+
+def event_publish(
+    *,
+    body: bytes,
+    routing_key: str | None = None,
+    headers: dict[str, Any] | None = None,
+    message_id: str | None = None,
+) -> None:
+    """Publish one persistent event to the events exchange with publisher confirms."""
+    config = get_config().events
+    with contextlib.closing(pika.BlockingConnection(connection_parameters())) as conn:
+        channel = conn.channel()
+        channel.confirm_delivery()
+        declare_topology(channel, config)
+        channel.basic_publish(
+            exchange=config.exchange,
+            routing_key=routing_key or config.routing_key,
+            body=body,
+            properties=pika.BasicProperties(
+                delivery_mode=pika.DeliveryMode.Persistent,
+                content_type="application/json",
+                message_id=message_id,
+                headers=headers or None,
+            ),
+            mandatory=True,
+        )
+
+
+# --- Decoding ------------------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_id(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and bool(value.strip()))
+
+
+def decode_order_created(body: bytes) -> OrderCreated:
+    """Parse and validate an ``order.created`` body; MalformedEvent says what is wrong."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedEvent(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MalformedEvent("body is not a JSON object")
+    problems = []
+    for name in ("order_id", "project_id"):
+        if name not in data:
+            problems.append(f"{name} is missing")
+        elif not _is_id(data[name]):
+            problems.append(f"{name} must be an integer or a non-empty string")
+    for name in ("description", "user_id"):
+        if name not in data:
+            problems.append(f"{name} is missing")
+        elif not isinstance(data[name], str) or (name == "user_id" and not data[name].strip()):
+            problems.append(f"{name} must be a {'non-empty ' if name == 'user_id' else ''}string")
+    if "amount" not in data:
+        problems.append("amount is missing")
+    elif not _is_number(data["amount"]):
+        problems.append("amount must be a number")
+    email = data.get("email") or ""
+    channel = data.get("channel") or "email"
+    if not isinstance(email, str):
+        problems.append("email must be a string")
+    if not isinstance(channel, str) or channel not in CHANNELS:
+        problems.append(f"channel must be one of {', '.join(CHANNELS)}")
+    elif email and channel != "email":
+        problems.append("email is given but channel is not email")
+    if problems:
+        raise MalformedEvent("; ".join(problems))
+    return OrderCreated(
+        order_id=data["order_id"],
+        project_id=data["project_id"],
+        description=data["description"],
+        amount=float(data["amount"]),
+        user_id=data["user_id"].strip(),
+        email=email.strip(),
+        channel=channel,
+    )
+
+
+def render_order_created(event: OrderCreated) -> str:
+    amount = decimal.Decimal(str(event.amount)).quantize(decimal.Decimal("0.01"), rounding=decimal.ROUND_HALF_UP)
+    return render_to_string(
+        "notifications/order_created.txt",
+        {"order_id": event.order_id, "project_id": event.project_id, "description": event.description, "amount": amount},
+    ).strip()
+
+
+def traceparent_link(headers: dict[str, Any] | None) -> Link | None:
+    """A span link to the producer's span from W3C ``traceparent``/``tracestate`` (bytes or str)."""
+    carrier: dict[str, str] = {}
+    for name in ("traceparent", "tracestate"):
+        value = (headers or {}).get(name)
+        if isinstance(value, bytes):
+            value = value.decode("ascii", errors="replace")
+        if isinstance(value, str) and value:
+            carrier[name] = value
+    if "traceparent" not in carrier:
+        return None
+    span_context = trace.get_current_span(_w3c.extract(carrier)).get_span_context()
+    return Link(span_context) if span_context.is_valid else None
+
+
+# --- Processing ----------------------------------------------------------------------------------
+
+
+def event_process(*, body: bytes, routing_key: str, headers: dict[str, Any] | None = None) -> ProcessResult:
+    """Turn one event into (at most) one notification; never raises for a bad or failed event.
+
+    Runs in a ``notification.process`` CONSUMER span of its own: the producer's span is a *link*,
+    not a parent, as a queue decouples the two (a batch or a redelivery hours later).
+    """
+    link = traceparent_link(headers)
+    started = time.monotonic()
+    with tracer.start_as_current_span(
+        "notification.process",
+        context=otel_context.Context(),
+        kind=SpanKind.CONSUMER,
+        links=[link] if link else None,
+        attributes={"messaging.system": "rabbitmq", "messaging.rabbitmq.destination.routing_key": routing_key},
+    ) as span:
+        try:
+            result = _process(body=body, routing_key=routing_key)
+        except MalformedEvent as exc:
+            result = ProcessResult("failed", reason=str(exc))
+        except TRANSIENT_ERRORS as exc:
+            result = ProcessResult("failed_transient", reason=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            # A bug rather than the event's fault: retried like an outage, so a fix deployed
+            # before the redelivery limit still processes it; past the limit it is dead-lettered.
+            logger.exception("event processing raised unexpectedly")
+            result = ProcessResult("failed_transient", reason=f"{type(exc).__name__}: {exc}")
+        span.set_attribute("notification.outcome", result.status)
+        if result.event_key:
+            span.set_attribute("notification.event_key", result.event_key)
+        if result.notification_id:
+            span.set_attribute("notification.id", result.notification_id)
+    notifications_processing_seconds.observe(time.monotonic() - started)
+    return result
+
+
+def _process(*, body: bytes, routing_key: str) -> ProcessResult:
+    config = get_config()
+    event = decode_order_created(body)
+    now = timezone.now()
+    ProcessedEvent.objects.filter(event_key=event.key, expires_at__lte=now).delete()
+    message = render_order_created(event)
+    request = services.NotificationRequest(
+        user_id=event.user_id,
+        message=message,
+        channel=event.channel,
+        subject=f"Order #{event.order_id} created",
+        to=event.email,
+        metadata={"order_id": event.order_id, "project_id": event.project_id, "event": routing_key},
+    )
+    try:
+        with transaction.atomic():
+            try:
+                with transaction.atomic():
+                    claim = ProcessedEvent.objects.create(
+                        event_key=event.key,
+                        routing_key=routing_key,
+                        created_at=now,
+                        expires_at=now + dt.timedelta(seconds=config.events.dedup_ttl_seconds),
+                    )
+            except IntegrityError:
+                return ProcessResult("duplicate", event_key=event.key)
+            client = services.api_client_get_or_create(name=config.events_api_client)
+            accepted = services.notification_accept(
+                client=client,
+                request=request,
+                idempotency_key=event.key,
+                fingerprint=services.request_fingerprint({"event": event.key}),
+            )
+            ProcessedEvent.objects.filter(pk=claim.pk).update(notification_id=accepted.notification_id)
+    except NotificationError as exc:
+        # e.g. no stored address for the user: the same event will fail the same way every time.
+        raise MalformedEvent(f"{exc.code}: {exc.message}") from None
+    return ProcessResult("success", event_key=event.key, notification_id=accepted.notification_id)
+
+
+def _event_key_of(body: bytes) -> str:
+    try:
+        return decode_order_created(body).key
+    except MalformedEvent:
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+# --- Dead letters --------------------------------------------------------------------------------
+
+
+def json_safe(value: Any) -> Any:
+    """AMQP header values (bytes, timestamps, decimals, nested tables) as JSON."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return value
+
+
+def dead_letter_ingest(*, body: bytes, routing_key: str, headers: dict[str, Any] | None) -> DeadLetter:
+    """Record a message found in the DLQ as a DeadLetter row (what the admin's DLQ shows)."""
+    headers = headers or {}
+    deaths = headers.get("x-death") or []
+    death = deaths[0] if deaths and isinstance(deaths[0], dict) else {}
+    original_keys = death.get("routing-keys") or []
+    original_key = original_keys[0] if original_keys else routing_key
+    if isinstance(original_key, bytes):
+        original_key = original_key.decode(errors="replace")
+    try:
+        decode_order_created(body)
+        reason, error = DeadLetterReason.REDELIVERY_LIMIT, "failed transiently too many times (redelivery limit)"
+    except MalformedEvent as exc:
+        reason, error = DeadLetterReason.POISON_MESSAGE, str(exc)
+    if death.get("reason") in (b"delivery_limit", "delivery_limit"):
+        reason = DeadLetterReason.REDELIVERY_LIMIT
+    return DeadLetter.objects.create(
+        source=DeadLetterSource.EVENT,
+        reason=reason,
+        last_error=error[:4000],
+        attempts=int(headers.get("x-delivery-count") or death.get("count") or 1),
+        raw_body=body.decode("utf-8", errors="replace"),
+        routing_key=str(original_key)[:255],
+        headers=json_safe(headers),
+    )
+
+
+def dead_letter_republish(*, dead_letter: DeadLetter, by: Any) -> services.RedriveResult:
+    """Publish an event dead letter's original body again (the admin's Retry for source=event).
+
+    The resolution is claimed first and given back if the publish fails, so two clicks publish once.
+    """
+    now = timezone.now()
+    claimed = DeadLetter.objects.filter(pk=dead_letter.pk, resolution=Resolution.UNRESOLVED).update(
+        resolution=Resolution.RETRIED, resolved_by=by, resolved_at=now
+    )
+    if not claimed:
+        dead_letter.refresh_from_db()
+        return services.RedriveResult(False, f"already {dead_letter.get_resolution_display().lower()}")
+    headers = {k: v for k, v in (dead_letter.headers or {}).items() if not str(k).startswith("x-")}
+    try:
+        event_publish(body=dead_letter.raw_body.encode(), routing_key=dead_letter.routing_key or None, headers=headers or None)
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        DeadLetter.objects.filter(pk=dead_letter.pk, resolution=Resolution.RETRIED, resolved_at=now).update(
+            resolution=Resolution.UNRESOLVED, resolved_by=None, resolved_at=None
+        )
+        dead_letter.refresh_from_db()
+        return services.RedriveResult(False, f"could not publish: {exc}")
+    dead_letter.refresh_from_db()
+    return services.RedriveResult(True, "republished")
+
+
+# --- The consumer --------------------------------------------------------------------------------
+
+
+def reconnect_delays(base: float, cap: float) -> Iterator[float]:
+    """5 s, 10 s, 20 s ... capped at ``cap``, each with ±20 % jitter so consumers do not stampede."""
+    attempt = 0
+    while True:
+        delay = min(cap, base * (2**attempt))
+        yield min(cap, delay * random.uniform(0.8, 1.2))
+        attempt += 1
+
+
+class EventConsumer:
+    """Consumes the events queue and the DLQ on one blocking connection until :meth:`stop`.
+
+    ``stop`` may be called from a signal handler or another thread: the message in hand is
+    finished and acked, prefetched ones go back to the queue when the channel closes.
+    """
+
+    def __init__(self, *, ingest_dead_letters: bool = True, on_connected: Callable[[], None] | None = None):
+        self.config = get_config().events
+        self.ingest_dead_letters = ingest_dead_letters
+        self.on_connected = on_connected
+        self._stop = threading.Event()
+        self._connection: pika.BlockingConnection | None = None
+        self._transient_counts: dict[str, int] = {}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> None:
+        delays = reconnect_delays(self.config.reconnect_base_seconds, self.config.reconnect_cap_seconds)
+        while not self.stopping:
+            try:
+                self._connection = pika.BlockingConnection(connection_parameters())
+            except pika.exceptions.AMQPError as exc:
+                delay = next(delays)
+                logger.warning("cannot connect to the broker (%s); retrying in %.1fs", exc or type(exc).__name__, delay)
+                self._stop.wait(delay)
+                continue
+            try:
+                self._consume(self._connection)
+                # A good connection: the next outage starts the backoff from the beginning again.
+            except pika.exceptions.AMQPError as exc:
+                delays = reconnect_delays(self.config.reconnect_base_seconds, self.config.reconnect_cap_seconds)
+                delay = next(delays)
+                logger.warning("lost the broker connection (%s); reconnecting in %.1fs", exc or type(exc).__name__, delay)
+                self._stop.wait(delay)
+            finally:
+                with contextlib.suppress(Exception):
+                    if self._connection.is_open:
+                        self._connection.close()
+                self._connection = None
+        logger.info("event consumer stopped")
+
+    def _consume(self, conn: pika.BlockingConnection) -> None:
+        channel = conn.channel()
+        declare_topology(channel, self.config)
+        channel.basic_qos(prefetch_count=self.config.prefetch)
+        tags = [channel.basic_consume(self.config.queue, self._on_event)]
+        if self.ingest_dead_letters:
+            tags.append(channel.basic_consume(self.config.dlq, self._on_dead_letter))
+        logger.info(
+            "event consumer connected: consuming %s (%s) from %s%s",
+            self.config.queue,
+            self.config.routing_key,
+            self.config.exchange,
+            f" and {self.config.dlq}" if self.ingest_dead_letters else "",
+        )
+        if self.on_connected:
+            self.on_connected()
+        while not self.stopping:
+            conn.process_data_events(time_limit=0.5)
+        for tag in tags:
+            channel.basic_cancel(tag)
+        channel.close()
+
+    def _wait(self, conn: Any, seconds: float) -> None:
+        """Sleep while keeping heartbeats flowing; cut short by stop."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and (remaining := deadline - time.monotonic()) > 0:
+            conn.sleep(min(0.2, remaining))
+
+    def _hand_back_if_stopping(self, channel: Any, method: Any) -> bool:
+        # pika dispatches every prefetched delivery it has buffered in one go; once stopping,
+        # only the message already in hand is finished and the rest go straight back.
+        if self.stopping:
+            channel.basic_nack(method.delivery_tag, requeue=True)
+        return self.stopping
+
+    def _on_event(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        if self._hand_back_if_stopping(channel, method):
+            return
+        close_old_connections()
+        headers = dict(properties.headers or {})
+        result = event_process(body=body, routing_key=method.routing_key, headers=headers)
+        tag = method.delivery_tag
+        extra = {"event_key": result.event_key, "outcome": result.status}
+        if result.status in ("success", "duplicate"):
+            channel.basic_ack(tag)
+            self._transient_counts.pop(result.event_key, None)
+            notifications_processed.labels(status=result.status).inc()
+            logger.info("event %s: %s %s", result.event_key, result.status, result.notification_id, extra=extra)
+            return
+        if result.status == "failed":
+            channel.basic_nack(tag, requeue=False)
+            notifications_processed.labels(status="failed").inc()
+            logger.warning("event rejected to the DLQ: %s", result.reason, extra=extra)
+            return
+        # failed_transient: the database (or Redis) is away. Drop the broken connection so the
+        # next try opens a fresh one, wait, and put the message back.
+        with contextlib.suppress(Exception):
+            connection.close()
+        key = result.event_key or _event_key_of(body)
+        count = self._transient_counts.get(key, 0) + 1
+        delivery_count = headers.get("x-delivery-count")
+        if isinstance(delivery_count, int):
+            count = max(count, delivery_count + 1)
+        notifications_processed.labels(status="failed_transient").inc()
+        if count > self.config.max_redeliveries:
+            self._transient_counts.pop(key, None)
+            channel.basic_nack(tag, requeue=False)
+            logger.error("event %s failed transiently %d times (%s); sent to the DLQ", key, count, result.reason, extra=extra)
+            return
+        self._transient_counts[key] = count
+        delay = min(self.config.transient_retry_seconds * count, 30.0)
+        logger.warning("event %s: transient failure %d (%s); requeued in %.1fs", key, count, result.reason, delay, extra=extra)
+        self._wait(channel.connection, delay)
+        channel.basic_nack(tag, requeue=True)
+
+    def _on_dead_letter(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        if self._hand_back_if_stopping(channel, method):
+            return
+        close_old_connections()
+        try:
+            dead_letter = dead_letter_ingest(body=body, routing_key=method.routing_key, headers=properties.headers)
+        except TRANSIENT_ERRORS as exc:
+            with contextlib.suppress(Exception):
+                connection.close()
+            logger.warning("cannot record a dead-lettered event yet (%s); will try again", exc)
+            self._wait(channel.connection, self.config.transient_retry_seconds)
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            return
+        channel.basic_ack(method.delivery_tag)
+        logger.warning(
+            "dead-lettered event recorded as dead letter %s (%s): %s",
+            dead_letter.pk,
+            dead_letter.reason,
+            dead_letter.last_error,
+            extra={"dead_letter_id": dead_letter.pk},
+        )

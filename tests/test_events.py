@@ -1,0 +1,385 @@
+"""The event consumer against the real RabbitMQ (this run's vhost) and PostgreSQL: real
+``consume_events`` processes (or the consumer in a thread where metrics are read in-process)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import dramatiq
+import pika
+import psycopg
+import pytest
+from django.conf import settings
+from django.core import mail
+from django.core.management import call_command
+from django.db import connection, connections
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from prometheus_client import REGISTRY
+
+from notifications import events, services
+from notifications.conf import get_config
+from notifications.models import DeadLetter, DeadLetterReason, DeadLetterSource, Notification, ProcessedEvent, Resolution, Status
+
+from .factories import make_recipient
+from .helpers import PlatformProcess, platform_env, wait_until
+from .helpers import test_database_url as database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+def order(order_id: int = 42, **fields: Any) -> dict[str, Any]:
+    return {
+        "order_id": order_id,
+        "project_id": 7,
+        "description": "2 × blue widgets",
+        "amount": 19.99,
+        "user_id": "u1",
+        **fields,
+    }
+
+
+def publish(body: dict[str, Any] | bytes, **kwargs: Any) -> None:
+    events.event_publish(body=body if isinstance(body, bytes) else json.dumps(body).encode(), **kwargs)
+
+
+@contextlib.contextmanager
+def amqp_channel() -> Iterator[Any]:
+    conn = pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL))
+    try:
+        yield conn.channel()
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def queue_depth(queue: str) -> int:
+    with amqp_channel() as channel:
+        return int(channel.queue_declare(queue=queue, passive=True).method.message_count)
+
+
+def processed(status: str) -> float:
+    return REGISTRY.get_sample_value("notifications_processed_total", {"status": status}) or 0.0
+
+
+@pytest.fixture(autouse=True)
+def topology() -> Iterator[None]:
+    """Fresh event queues in this run's vhost, so no test sees another's messages."""
+
+    def reset() -> None:
+        config = get_config().events
+        with amqp_channel() as channel:
+            for queue in (config.queue, config.dlq):
+                channel.queue_delete(queue=queue)
+            events.declare_topology(channel, config)
+
+    reset()
+    yield
+    reset()
+
+
+@pytest.fixture
+def recipient(db: None) -> None:
+    client = services.api_client_get_or_create(name=get_config().events_api_client)
+    make_recipient(client, "u1", email="u1@example.com")
+
+
+def consumer_env(**overrides: str) -> dict[str, str]:
+    values = {
+        "LOG_FORMAT": "text",
+        "EVENTS_TRANSIENT_RETRY_SECONDS": "0.1",
+        "EVENTS_RECONNECT_BASE_SECONDS": "0.2",
+        "EVENTS_RECONNECT_CAP_SECONDS": "1",
+        "CONSUMER_METRICS_PORT": "0",
+    }
+    values.update(overrides)
+    return platform_env(**values)
+
+
+def start_consumer(*args: str, **env: str) -> PlatformProcess:
+    process = PlatformProcess("consume_events", *args, env=consumer_env(**env))
+    wait_until(lambda: "event consumer connected" in process.output() or process.process.poll() is not None, timeout=30)
+    assert process.process.poll() is None, process.output()
+    return process
+
+
+@contextlib.contextmanager
+def consumer_thread() -> Iterator[events.EventConsumer]:
+    connected = threading.Event()
+    consumer = events.EventConsumer(on_connected=connected.set)
+
+    def run() -> None:
+        try:
+            consumer.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name="event-consumer", daemon=True)
+    thread.start()
+    assert connected.wait(20), "the consumer did not connect"
+    try:
+        yield consumer
+    finally:
+        consumer.stop()
+        thread.join(timeout=20)
+
+
+# --- Decoding and rendering ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (json.dumps({k: v for k, v in order().items() if k != "user_id"}).encode(), "user_id is missing"),
+        (json.dumps(order(amount="19.99")).encode(), "amount must be a number"),
+        (json.dumps(order(amount=True)).encode(), "amount must be a number"),
+        (json.dumps(order(order_id=None)).encode(), "order_id must be"),
+        (json.dumps(order(channel="pigeon")).encode(), "channel must be one of"),
+    ],
+)
+def test_malformed_bodies_are_rejected_with_the_reason(body: bytes, reason: str) -> None:
+    with pytest.raises(events.MalformedEvent, match=reason):
+        events.decode_order_created(body)
+
+
+def test_the_message_is_rendered_from_the_template() -> None:
+    event = events.decode_order_created(json.dumps(order(amount=20)).encode())
+    assert events.render_order_created(event) == "Order #42 created for project 7: 2 × blue widgets — $20.00"
+
+
+def test_reconnect_backoff_doubles_from_5s_to_a_300s_cap_with_jitter() -> None:
+    delays = events.reconnect_delays(5, 300)
+    got = [next(delays) for _ in range(9)]
+    for delay, nominal in zip(got, [5, 10, 20, 40, 80, 160, 300, 300, 300], strict=True):
+        assert 0.8 * nominal <= delay <= min(300, 1.2 * nominal)
+    assert len({round(d, 6) for d in got[-3:]}) > 1 or all(d == 300 for d in got[-3:])
+
+
+# --- Processing with the real consumer -------------------------------------------------------------
+
+
+def test_a_valid_event_becomes_one_notification_that_a_worker_delivers(recipient: None, worker: dramatiq.Worker) -> None:
+    with start_consumer() as consumer:
+        publish(order(42))
+        notification = wait_until(lambda: Notification.objects.filter(metadata__order_id=42).first(), timeout=20)
+        wait_until(
+            lambda: Notification.objects.filter(pk=notification.pk, status=Status.DELIVERED).exists(),
+            timeout=20,
+            message="delivered",
+        )
+        assert "event order.created:42: success" in consumer.output()
+    notification.refresh_from_db()
+    assert notification.client.name == "events"
+    assert notification.address == "u1@example.com"
+    assert notification.message == "Order #42 created for project 7: 2 × blue widgets — $19.99"
+    assert notification.metadata["order_id"] == 42
+    assert [m.to for m in mail.outbox] == [["u1@example.com"]]
+    assert ProcessedEvent.objects.get(event_key="order.created:42").notification_id == notification.pk
+    assert queue_depth(get_config().events.queue) == 0
+
+
+def test_the_same_event_three_times_makes_one_notification_and_two_duplicates(recipient: None) -> None:
+    before = {status: processed(status) for status in ("success", "duplicate")}
+    for _ in range(3):
+        publish(order(43, email="given@example.com"))
+    with consumer_thread():
+        wait_until(lambda: processed("duplicate") - before["duplicate"] >= 2, timeout=20, message="two duplicates")
+    assert processed("success") - before["success"] == 1
+    assert processed("duplicate") - before["duplicate"] == 2
+    assert Notification.objects.filter(metadata__order_id=43).count() == 1
+    assert Notification.objects.get(metadata__order_id=43).address == "given@example.com"
+    assert queue_depth(get_config().events.queue) == 0
+
+
+def test_malformed_events_go_to_the_dlq_and_become_dead_letters_that_can_be_republished() -> None:
+    config = get_config().events
+    with start_consumer("--no-dead-letters") as consumer:
+        publish(b"{not json")
+        publish(order(44, amount="lots"))
+        wait_until(lambda: queue_depth(config.dlq) == 2, timeout=20, message="both in notifications.dlq")
+        assert "amount must be a number" in consumer.output()
+        assert "body is not JSON" in consumer.output()
+    assert DeadLetter.objects.count() == 0
+
+    with start_consumer():
+        wait_until(lambda: DeadLetter.objects.count() == 2, timeout=20, message="dead letters recorded")
+        wait_until(lambda: queue_depth(config.dlq) == 0, timeout=10, message="DLQ drained after recording")
+    bad_amount = DeadLetter.objects.get(raw_body__contains='"lots"')
+    assert bad_amount.source == DeadLetterSource.EVENT
+    assert bad_amount.reason == DeadLetterReason.POISON_MESSAGE
+    assert "amount must be a number" in bad_amount.last_error
+    assert bad_amount.routing_key == "order.created"
+    death = bad_amount.headers["x-death"][0]
+    assert (death["queue"], death["exchange"], death["reason"]) == (config.queue, config.exchange, "rejected")
+    assert Notification.objects.count() == 0
+
+    result = services.dead_letter_redrive(dead_letter=bad_amount, by=None)
+    assert result.done, result.detail
+    assert queue_depth(config.queue) == 1
+    bad_amount.refresh_from_db()
+    assert bad_amount.resolution == Resolution.RETRIED
+    assert not services.dead_letter_redrive(dead_letter=bad_amount, by=None).done
+    assert queue_depth(config.queue) == 1
+
+
+def postgres_url(database: str | None = None) -> str:
+    url = database_url().replace("postgres://", "postgresql://", 1)
+    return url if database is None else url.rsplit("/", 1)[0] + f"/{database}"
+
+
+@contextlib.contextmanager
+def database_refusing_connections() -> Iterator[None]:
+    """This run's test database refuses new connections, and the consumer's are cut. Done from
+    the maintenance database: PostgreSQL will not lock out the database a session is in."""
+    name = connection.settings_dict["NAME"]
+    assert name.startswith("test_notifications_"), name
+    with psycopg.connect(postgres_url("postgres"), autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (own_pid,) = cursor.fetchone()
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s", [name, own_pid])
+        try:
+            yield
+        finally:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+
+def test_while_the_database_is_down_an_event_is_requeued_then_processed_once_it_is_back(recipient: None) -> None:
+    with start_consumer(EVENTS_MAX_REDELIVERIES="1000") as consumer:
+        with database_refusing_connections():
+            publish(order(45))
+            wait_until(lambda: consumer.output().count("transient failure") >= 3, timeout=20, message="requeued")
+            assert Notification.objects.count() == 0
+        wait_until(lambda: Notification.objects.filter(metadata__order_id=45).exists(), timeout=20, message="processed")
+        wait_until(lambda: queue_depth(get_config().events.queue) == 0, timeout=10)
+    assert Notification.objects.filter(metadata__order_id=45).count() == 1
+    assert DeadLetter.objects.count() == 0
+
+
+def test_an_event_requeued_more_than_the_limit_goes_to_the_dlq_and_is_recorded_when_the_database_is_back(
+    recipient: None,
+) -> None:
+    with start_consumer(EVENTS_MAX_REDELIVERIES="2") as consumer:
+        with database_refusing_connections():
+            publish(order(46))
+            wait_until(lambda: "sent to the DLQ" in consumer.output(), timeout=20, message="dead-lettered")
+            wait_until(lambda: "cannot record a dead-lettered event yet" in consumer.output(), timeout=20)
+        dead_letter = wait_until(lambda: DeadLetter.objects.first(), timeout=20, message="recorded")
+    assert dead_letter.reason == DeadLetterReason.REDELIVERY_LIMIT
+    assert json.loads(dead_letter.raw_body)["order_id"] == 46
+    assert consumer.output().count("transient failure") == 2
+    assert Notification.objects.count() == 0
+
+
+def test_the_consumer_reconnects_after_the_broker_drops_its_connection(recipient: None) -> None:
+    vhost = pika.URLParameters(settings.BROKER_URL).virtual_host
+    with start_consumer() as consumer:
+        subprocess.run(
+            ["rabbitmqctl", "-q", "close_all_connections", "--vhost", vhost, "--limit", "100", "test: broker restart"],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        wait_until(lambda: "lost the broker connection" in consumer.output(), timeout=20, message="loss noticed")
+        wait_until(lambda: consumer.output().count("event consumer connected") >= 2, timeout=20, message="reconnected")
+        publish(order(47))
+        wait_until(lambda: Notification.objects.filter(metadata__order_id=47).exists(), timeout=20, message="processed")
+
+
+def test_sigterm_finishes_and_acks_the_message_in_hand_and_loses_nothing(recipient: None) -> None:
+    config = get_config().events
+    # Hold the dedup claim of order 48 in an open transaction: the consumer's insert waits on it,
+    # so the signal arrives while that message is certainly in hand.
+    with psycopg.connect(postgres_url()) as blocker:
+        blocker.execute(
+            "INSERT INTO notifications_processedevent (event_key, routing_key, created_at, expires_at)"
+            " VALUES ('order.created:48', '', now(), now() + interval '1 day')"
+        )
+        consumer = start_consumer()
+        try:
+            for order_id in (48, 49, 50):
+                publish(order(order_id))
+
+            def consumer_waits_on_the_lock() -> bool:
+                row = blocker.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%processedevent%%'"
+                ).fetchone()
+                return bool(row and row[0])
+
+            wait_until(consumer_waits_on_the_lock, timeout=20, message="consumer blocked on the claim")
+            consumer.signal(signal.SIGTERM)
+            wait_until(lambda: "SIGTERM received" in consumer.output(), timeout=10)
+            assert consumer.process.poll() is None
+            blocker.rollback()
+            assert consumer.process.wait(timeout=20) == 0, consumer.output()
+        finally:
+            consumer.stop()
+    assert Notification.objects.filter(metadata__order_id=48).count() == 1
+    assert "event consumer stopped" in consumer.output()
+    # The two prefetched but unprocessed events went back to the queue.
+    assert queue_depth(config.queue) == 2
+    assert not Notification.objects.filter(metadata__order_id__in=[49, 50]).exists()
+
+
+# --- Tracing ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(events, "tracer", provider.get_tracer("test"))
+    return exporter
+
+
+@pytest.mark.parametrize("traceparent", [TRACEPARENT, TRACEPARENT.encode()], ids=["str", "bytes"])
+def test_a_traceparent_header_becomes_a_span_link_not_a_parent(spans: InMemorySpanExporter, traceparent: str | bytes) -> None:
+    body = json.dumps(order(51, email="t@example.com")).encode()
+    result = events.event_process(body=body, routing_key="order.created", headers={"traceparent": traceparent})
+    assert result.status == "success"
+    (span,) = spans.get_finished_spans()
+    assert span.name == "notification.process"
+    assert span.kind == SpanKind.CONSUMER
+    assert span.parent is None
+    assert format(span.context.trace_id, "032x") != TRACE_ID
+    assert [format(link.context.trace_id, "032x") for link in span.links] == [TRACE_ID]
+    assert format(span.links[0].context.span_id, "016x") == "00f067aa0ba902b7"
+    assert Notification.objects.get(pk=result.notification_id).trace_id == format(span.context.trace_id, "032x")
+
+
+def test_without_a_traceparent_the_span_has_no_link(spans: InMemorySpanExporter) -> None:
+    result = events.event_process(body=b"{bad", routing_key="order.created", headers={})
+    assert result.status == "failed"
+    (span,) = spans.get_finished_spans()
+    assert span.name == "notification.process"
+    assert list(span.links) == []
+    assert span.attributes is not None and span.attributes["notification.outcome"] == "failed"
+
+
+# --- The publisher command -------------------------------------------------------------------------
+
+
+def test_publish_event_puts_a_persistent_order_created_on_the_exchange() -> None:
+    call_command(
+        "publish_event", "order.created", "--order-id", "52", "--project-id", "7", "--user-id", "u1", "--amount", "19.99"
+    )
+    with amqp_channel() as channel:
+        method, properties, body = channel.basic_get(get_config().events.queue, auto_ack=True)
+    assert method is not None and method.routing_key == "order.created"
+    assert properties.delivery_mode == 2
+    assert events.decode_order_created(body).key == "order.created:52"
