@@ -637,8 +637,9 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, by: Any) -> RedriveResult:
             claimed_at=None,
         )
         if not requeued:
-            transaction.set_rollback(True)
+            # Read before marking the rollback: no query may run in the block after set_rollback.
             status = Notification.objects.filter(pk=dead_letter.notification_id).values_list("status", flat=True).first()
+            transaction.set_rollback(True)
             return RedriveResult(False, f"its notification is {status}, not failed or dead")
         notification_id = dead_letter.notification_id
         transaction.on_commit(lambda: notification_enqueue(notification_id=notification_id))
@@ -655,3 +656,46 @@ def dead_letter_discard(*, dead_letter: DeadLetter, by: Any) -> RedriveResult:
     if not updated:
         return RedriveResult(False, f"already {dead_letter.get_resolution_display().lower()}")
     return RedriveResult(True, "discarded")
+
+
+# --- Retention ---------------------------------------------------------------------------------
+
+
+@dataclass
+class PurgeReport:
+    notifications: int = 0
+    attempts: int = 0
+    dead_letters: int = 0
+    idempotency_keys: int = 0
+
+
+def notification_purge(*, older_than: timedelta, batch_size: int = 1000, now: datetime | None = None) -> PurgeReport:
+    """Delete finished notifications made before ``now - older_than`` with their attempts and
+    resolved dead letters, and expired idempotency keys, one short transaction per batch so the
+    tables are never locked for long. A notification with an unresolved dead letter is kept, and
+    so is every unresolved dead letter."""
+    from django.db.models import Exists, OuterRef
+
+    from .models import FINISHED_STATUSES
+
+    now = now or timezone.now()
+    cutoff = now - older_than
+    report = PurgeReport()
+    open_dead_letter = DeadLetter.objects.filter(notification=OuterRef("pk"), resolution=Resolution.UNRESOLVED)
+    old_finished = Notification.objects.filter(status__in=list(FINISHED_STATUSES), created_at__lt=cutoff).filter(
+        ~Exists(open_dead_letter)
+    )
+    while batch := list(old_finished.values_list("pk", flat=True)[:batch_size]):
+        with transaction.atomic():
+            report.attempts += DeliveryAttempt.objects.filter(notification_id__in=batch).delete()[0]
+            report.dead_letters += DeadLetter.objects.filter(notification_id__in=batch).delete()[0]
+            report.notifications += Notification.objects.filter(pk__in=batch).delete()[0]
+    old_resolved = DeadLetter.objects.filter(notification__isnull=True, resolved_at__lt=cutoff).exclude(
+        resolution=Resolution.UNRESOLVED
+    )
+    while dead_letter_ids := list(old_resolved.values_list("pk", flat=True)[:batch_size]):
+        report.dead_letters += DeadLetter.objects.filter(pk__in=dead_letter_ids).delete()[0]
+    expired = IdempotencyKey.objects.filter(expires_at__lt=now)
+    while key_ids := list(expired.values_list("pk", flat=True)[:batch_size]):
+        report.idempotency_keys += IdempotencyKey.objects.filter(pk__in=key_ids, expires_at__lt=now).delete()[0]
+    return report

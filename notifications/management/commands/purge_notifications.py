@@ -1,0 +1,45 @@
+"""Delete old finished notifications, their attempts and expired idempotency keys, in batches."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from notifications import services
+from notifications.conf import get_config
+
+_AGE_RE = re.compile(r"^\s*(?P<count>\d+)\s*(?P<unit>[dhm]?)\s*$")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes", "": "days"}
+
+
+def parse_age(value: str) -> timedelta:
+    """``30d``, ``12h``, ``90m`` or a bare number of days."""
+    match = _AGE_RE.match(value)
+    if not match:
+        raise CommandError(f"--older-than {value!r}: give an age like 30d, 12h or 90m")
+    return timedelta(**{_UNITS[match["unit"]]: int(match["count"])})
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete finished notifications older than --older-than (default: RETENTION_DAYS) with their attempts, "
+        "and expired idempotency keys. Unresolved dead letters, and their notifications, are kept."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--older-than", default=None, help="Age like 30d, 12h or 90m (default: RETENTION_DAYS days).")
+        parser.add_argument("--batch-size", type=int, default=1000, help="Rows deleted per transaction.")
+
+    def handle(self, *args: Any, older_than: str | None, batch_size: int, **options: Any) -> None:
+        age = parse_age(older_than) if older_than else timedelta(days=get_config().retention_days)
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        report = services.notification_purge(older_than=age, batch_size=batch_size)
+        self.stdout.write(
+            f"deleted {report.notifications} notifications, {report.attempts} attempts, "
+            f"{report.dead_letters} resolved dead letters, {report.idempotency_keys} expired idempotency keys "
+            f"(older than {age})"
+        )

@@ -1,0 +1,680 @@
+"""The support admin: find, inspect, retry and discard, with roles, an audit trail and retention."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import re
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from notifications.models import (
+    ApiClient,
+    AttemptOutcome,
+    DeadLetter,
+    DeadLetterReason,
+    DeadLetterSource,
+    DeliveryAttempt,
+    IdempotencyKey,
+    Notification,
+    Resolution,
+    Status,
+    hash_token,
+)
+
+from .factories import accept_notification, make_api_client
+from .fakes import LocalSmtpServer, smtp_server_fixture  # noqa: F401  (fixture)
+from .helpers import wait_until
+
+User = get_user_model()
+SUPPORT_MIGRATION = importlib.import_module("notifications.migrations.0003_support_group")
+DLQ_URL = "/admin/notifications/deadletter/"
+NOTIFICATIONS_URL = "/admin/notifications/notification/"
+
+
+# --- Fixtures ------------------------------------------------------------------------------------
+
+
+def support_group() -> Group:
+    group, created = Group.objects.get_or_create(name="support")
+    if created:  # a transactional test's flush removed the migration's rows; put them back the same way
+        for model, codename in SUPPORT_MIGRATION.SUPPORT_PERMISSIONS:
+            group.permissions.add(
+                Permission.objects.get(content_type__app_label="notifications", content_type__model=model, codename=codename)
+            )
+    return group
+
+
+@pytest.fixture
+def support_user(db: None) -> Any:
+    user = User.objects.create_user("sam", password="support-pass-1", is_staff=True)
+    user.groups.add(support_group())
+    return user
+
+
+@pytest.fixture
+def support(support_user: Any) -> Client:
+    client = Client()
+    client.force_login(support_user)
+    return client
+
+
+@pytest.fixture
+def outsider(db: None) -> Client:
+    """Staff, so the admin lets them in, but not in the support group."""
+    user = User.objects.create_user("olly", password="outsider-pass-1", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def superuser(db: None) -> Client:
+    user = User.objects.create_superuser("root", password="root-pass-1")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def make_notification(client: ApiClient, **fields: Any) -> Notification:
+    values: dict[str, Any] = {
+        "client": client,
+        "user_id": "u1",
+        "channel": "email",
+        "address": f"user-{uuid.uuid4().hex[:8]}@example.com",
+        "subject": "Your order",
+        "message": "It shipped.",
+        "status": Status.DELIVERED,
+    }
+    values.update(fields)
+    return Notification.objects.create(**values)
+
+
+def make_dead_letter(client: ApiClient, *, status: str = Status.FAILED, **fields: Any) -> DeadLetter:
+    notification = make_notification(client, status=status, attempt_count=1, last_error="550 no such user")
+    values: dict[str, Any] = {
+        "notification": notification,
+        "channel": notification.channel,
+        "reason": DeadLetterReason.PERMANENT_FAILURE,
+        "last_error": "550 5.1.1 no such user",
+        "attempts": 1,
+    }
+    values.update(fields)
+    return DeadLetter.objects.create(**values)
+
+
+def csrf_post(browser: Client, page: str, url: str, data: dict[str, Any] | None = None) -> Any:
+    """POST as a browser does: the CSRF token from the page's form, checks enforced."""
+    response = browser.get(page)
+    assert response.status_code == 200, response.status_code
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', response.content)
+    assert token is not None, "the page has no CSRF token"
+    return browser.post(url, {"csrfmiddlewaretoken": token.group(1).decode(), **(data or {})}, follow=True)
+
+
+def enforcing_csrf(user: Any) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+def audit_entries(obj: Any) -> list[LogEntry]:
+    return list(
+        LogEntry.objects.filter(content_type=ContentType.objects.get_for_model(obj), object_id=str(obj.pk)).order_by("pk")
+    )
+
+
+# --- Roles ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_migration_gives_the_support_group_view_and_retry_permissions_only() -> None:
+    group = Group.objects.get(name="support")
+    codenames = set(group.permissions.values_list("codename", flat=True))
+    assert codenames == {
+        "view_notification",
+        "view_deliveryattempt",
+        "view_deadletter",
+        "retry_deadletter",
+        "view_recipient",
+    }
+
+
+def test_support_may_not_add_change_or_delete_notifications_nor_manage_users(support: Client, support_user: Any) -> None:
+    api_client, _ = make_api_client()
+    notification = make_notification(api_client)
+    dead_letter = make_dead_letter(api_client)
+
+    assert support.get(f"{NOTIFICATIONS_URL}add/").status_code == 403
+    assert support.get(f"{NOTIFICATIONS_URL}{notification.pk}/delete/").status_code == 403
+    assert support.post(f"{NOTIFICATIONS_URL}{notification.pk}/change/", {"message": "edited"}).status_code == 403
+    assert support.get(f"{DLQ_URL}{dead_letter.pk}/delete/").status_code == 403
+    assert support.get("/admin/auth/user/").status_code == 403
+    assert support.get(f"/admin/auth/user/{support_user.pk}/change/").status_code == 403
+    assert support.get("/admin/auth/group/").status_code == 403
+    assert support.get("/admin/notifications/apiclient/").status_code == 403
+    notification.refresh_from_db()
+    assert notification.message == "It shipped."
+
+
+def test_a_staff_user_without_the_support_group_is_refused_everything(outsider: Client) -> None:
+    api_client, _ = make_api_client()
+    notification = make_notification(api_client)
+    dead_letter = make_dead_letter(api_client)
+
+    assert outsider.get(NOTIFICATIONS_URL).status_code == 403
+    assert outsider.get(f"{NOTIFICATIONS_URL}{notification.pk}/change/").status_code == 403
+    assert outsider.get(DLQ_URL).status_code == 403
+    assert outsider.get(f"{DLQ_URL}{dead_letter.pk}/change/").status_code == 403
+    assert outsider.post(f"{DLQ_URL}{dead_letter.pk}/retry/").status_code == 403
+    assert outsider.post(f"{DLQ_URL}{dead_letter.pk}/discard/", {"confirm": "yes"}).status_code == 403
+    dead_letter.refresh_from_db()
+    assert dead_letter.resolution == Resolution.UNRESOLVED
+    index = outsider.get("/admin/")
+    assert b"system-health" not in index.content and b"Dead letters" not in index.content
+
+
+def test_a_user_who_is_not_staff_is_sent_to_the_login_page(db: None) -> None:
+    user = User.objects.create_user("nina", password="nina-pass-1")
+    user.groups.add(support_group())
+    browser = Client()
+    browser.force_login(user)
+    response = browser.get(DLQ_URL)
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_a_viewer_without_retry_permission_sees_no_retry_button_and_cannot_post_one(db: None) -> None:
+    user = User.objects.create_user("vera", password="vera-pass-1", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_deadletter"))
+    viewer = Client()
+    viewer.force_login(user)
+    dead_letter = make_dead_letter(make_api_client()[0])
+
+    listing = viewer.get(DLQ_URL)
+    detail = viewer.get(f"{DLQ_URL}{dead_letter.pk}/change/")
+
+    assert listing.status_code == 200 and detail.status_code == 200
+    assert b"retry-button" not in listing.content and b"retry-button" not in detail.content
+    assert b"Retry selected" not in listing.content
+    assert viewer.post(f"{DLQ_URL}{dead_letter.pk}/retry/").status_code == 403
+    assert DeadLetter.objects.get(pk=dead_letter.pk).resolution == Resolution.UNRESOLVED
+
+
+# --- Finding and inspecting notifications --------------------------------------------------------
+
+
+def test_support_sees_the_notification_list_with_status_channel_recipient_and_client(support: Client) -> None:
+    api_client, _ = make_api_client("shop")
+    delivered = make_notification(api_client, address="ann@example.com", attempt_count=1)
+    failed = make_notification(api_client, address="bob@example.com", status=Status.FAILED, channel="sms")
+
+    response = support.get(NOTIFICATIONS_URL)
+
+    assert response.status_code == 200
+    rows = {str(n.pk) for n in response.context["cl"].result_list}
+    assert rows == {str(delivered.pk), str(failed.pk)}
+    page = response.content.decode()
+    for text in ("ann@example.com", "bob@example.com", "shop", "delivered", "failed", "sms"):
+        assert text in page
+
+
+@pytest.mark.parametrize("field", ["id", "address", "idempotency_key", "trace_id"])
+def test_search_finds_a_notification_by_id_address_idempotency_key_and_trace_id(support: Client, field: str) -> None:
+    api_client, _ = make_api_client()
+    wanted = make_notification(api_client, address="wanted@example.com", idempotency_key="order-42", trace_id="ab" * 16)
+    make_notification(api_client, address="other@example.com", idempotency_key="order-43", trace_id="cd" * 16)
+    term = {"id": str(wanted.pk), "address": "wanted@example.com", "idempotency_key": "order-42", "trace_id": "ab" * 16}[field]
+
+    response = support.get(NOTIFICATIONS_URL, {"q": term})
+
+    assert [n.pk for n in response.context["cl"].result_list] == [wanted.pk]
+
+
+def test_search_for_something_unknown_finds_nothing(support: Client) -> None:
+    make_notification(make_api_client()[0])
+    response = support.get(NOTIFICATIONS_URL, {"q": "nobody@example.com"})
+    assert list(response.context["cl"].result_list) == []
+
+
+def test_filters_by_status_channel_client_and_created_date(support: Client) -> None:
+    shop, _ = make_api_client("shop")
+    bank, _ = make_api_client("bank")
+    old = make_notification(shop, status=Status.DELIVERED, channel="email")
+    old.created_at = timezone.now() - timedelta(days=40)
+    old.save(update_fields=["created_at"])
+    sms_dead = make_notification(shop, status=Status.DEAD, channel="sms")
+    bank_delivered = make_notification(bank, status=Status.DELIVERED, channel="email")
+
+    def found(**params: Any) -> set[Any]:
+        response = support.get(NOTIFICATIONS_URL, params)
+        assert response.status_code == 200
+        return {n.pk for n in response.context["cl"].result_list}
+
+    assert found(status__exact="dead") == {sms_dead.pk}
+    assert found(channel__exact="email") == {old.pk, bank_delivered.pk}
+    assert found(client__id__exact=bank.pk) == {bank_delivered.pk}
+    since = (timezone.now() - timedelta(days=7)).isoformat()
+    assert found(created_at__gte=since) == {sms_dead.pk, bank_delivered.pk}
+
+
+def test_the_detail_page_shows_message_metadata_attempts_and_trace_id_with_nothing_editable(support: Client) -> None:
+    api_client, _ = make_api_client()
+    notification = make_notification(
+        api_client,
+        subject="Parcel on its way",
+        message="Order <42> shipped\nsecond line",
+        metadata={"order_id": 42, "tier": "gold"},
+        trace_id="0af7651916cd43dd8448eb211c80319c",
+        status=Status.DELIVERED,
+        attempt_count=2,
+    )
+    DeliveryAttempt.objects.create(
+        notification=notification, number=1, outcome=AttemptOutcome.TRANSIENT_ERROR, error_message="451 mailbox busy"
+    )
+    DeliveryAttempt.objects.create(notification=notification, number=2, outcome=AttemptOutcome.DELIVERED)
+
+    response = support.get(f"{NOTIFICATIONS_URL}{notification.pk}/change/")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Parcel on its way" in page
+    assert "Order &lt;42&gt; shipped\nsecond line" in page  # rendered as text, escaped
+    assert "&quot;order_id&quot;: 42" in page
+    assert "0af7651916cd43dd8448eb211c80319c" in page
+    assert "451 mailbox busy" in page and "transient_error" in page
+    # Read-only: no form inputs for the notification's fields or its attempts, no save button.
+    assert not re.search(
+        r'name="(message|subject|address|status|metadata|attempts-\d+-(number|outcome|error_class|error_message|provider_response))"',
+        page,
+    )
+    assert 'name="_save"' not in page and "deletelink" not in page
+
+
+def test_the_attempt_list_and_recipients_are_readable_but_not_editable(support: Client) -> None:
+    api_client, _ = make_api_client()
+    notification = make_notification(api_client)
+    attempt = DeliveryAttempt.objects.create(notification=notification, number=1, outcome=AttemptOutcome.DELIVERED)
+
+    assert support.get("/admin/notifications/deliveryattempt/").status_code == 200
+    assert support.get("/admin/notifications/recipient/").status_code == 200
+    assert support.post(f"/admin/notifications/deliveryattempt/{attempt.pk}/change/", {"outcome": "x"}).status_code == 403
+
+
+def test_the_admin_index_shows_status_counts_of_the_last_24_hours_and_the_unresolved_dlq_size(support: Client) -> None:
+    api_client, _ = make_api_client()
+    for _ in range(3):
+        make_notification(api_client, status=Status.DELIVERED)
+    stale = make_notification(api_client, status=Status.DELIVERED)
+    stale.created_at = timezone.now() - timedelta(hours=30)
+    stale.save(update_fields=["created_at"])
+    make_dead_letter(api_client)
+    make_dead_letter(api_client)
+    make_dead_letter(api_client, resolution=Resolution.DISCARDED)
+
+    page = support.get("/admin/").content.decode()
+
+    assert re.search(r'data-status="delivered">3<', page)
+    assert re.search(r'data-status="failed">3<', page)
+    assert re.search(r'data-status="queued">0<', page)
+    assert re.search(r'id="unresolved-dead-letters"><strong>2<', page)
+
+
+# --- Large tables --------------------------------------------------------------------------------
+
+
+def changelist_queries(browser: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = browser.get(url)
+    assert response.status_code == 200
+    return len(queries.captured_queries)
+
+
+def test_the_changelist_query_counts_do_not_grow_with_rows(support: Client) -> None:
+    clients = [make_api_client()[0] for _ in range(3)]
+
+    def add_rows(count: int) -> None:
+        for i in range(count):
+            make_dead_letter(clients[i % 3], resolved_by=None)
+
+    add_rows(3)
+    few = {url: changelist_queries(support, url) for url in (NOTIFICATIONS_URL, DLQ_URL, "/admin/notifications/deliveryattempt/")}
+    add_rows(27)
+    for notification in Notification.objects.all():
+        DeliveryAttempt.objects.create(notification=notification, number=1, outcome=AttemptOutcome.PERMANENT_ERROR)
+    many = {url: changelist_queries(support, url) for url in few}
+
+    assert Notification.objects.count() == 30
+    assert many == few
+
+
+# --- The dead letter queue -----------------------------------------------------------------------
+
+
+def test_the_dlq_list_shows_reason_error_attempts_age_resolution_and_a_retry_button_on_unresolved_rows(
+    support: Client,
+) -> None:
+    api_client, _ = make_api_client()
+    open_letter = make_dead_letter(api_client, last_error="550 5.1.1 mailbox unavailable", attempts=3)
+    done_letter = make_dead_letter(api_client, resolution=Resolution.DISCARDED, resolved_at=timezone.now())
+
+    response = support.get(DLQ_URL)
+
+    page = response.content.decode()
+    assert "550 5.1.1 mailbox unavailable" in page and "Permanent Failure" in page
+    assert f'formaction="/admin/notifications/deadletter/{open_letter.pk}/retry/?next=list"' in page
+    assert f"/admin/notifications/deadletter/{done_letter.pk}/retry/" not in page
+    assert "Discarded by a command" in page
+    assert 'name="csrfmiddlewaretoken"' in page  # the changelist form the buttons submit
+
+
+def test_the_dlq_filters_by_resolution_channel_and_reason_and_searches_by_address(support: Client) -> None:
+    api_client, _ = make_api_client()
+    open_email = make_dead_letter(api_client)
+    resolved = make_dead_letter(api_client, resolution=Resolution.RETRIED)
+    exhausted_sms = make_dead_letter(api_client, channel="sms", reason=DeadLetterReason.RETRIES_EXHAUSTED)
+
+    def found(**params: Any) -> set[int]:
+        return {dl.pk for dl in support.get(DLQ_URL, params).context["cl"].result_list}
+
+    assert found(resolved="no") == {open_email.pk, exhausted_sms.pk}
+    assert found(resolved="yes") == {resolved.pk}
+    assert found(channel="sms") == {exhausted_sms.pk}
+    assert found(reason__exact="retries_exhausted") == {exhausted_sms.pk}
+    assert found(q=open_email.notification.address) == {open_email.pk}
+    assert found(q=str(exhausted_sms.notification_id)) == {exhausted_sms.pk}
+
+
+def test_an_event_dead_letter_shows_its_raw_body_readably(support: Client) -> None:
+    dead_letter = DeadLetter.objects.create(
+        source=DeadLetterSource.EVENT,
+        reason=DeadLetterReason.POISON_MESSAGE,
+        routing_key="order.created",
+        raw_body='{"order_id": 42, "email": "ann@example.com"}',
+        headers={"x-death": [{"count": 3}]},
+        last_error="missing field 'user_id'",
+    )
+
+    page = support.get(f"{DLQ_URL}{dead_letter.pk}/change/").content.decode()
+
+    assert "order.created" in page
+    assert "&quot;email&quot;: &quot;ann@example.com&quot;,\n  &quot;order_id&quot;: 42" in page  # pretty, a key a line
+    assert "&quot;x-death&quot;" in page
+    assert "retry-button" in page
+
+
+def test_retry_is_a_post_with_csrf(support_user: Any) -> None:
+    dead_letter = make_dead_letter(make_api_client()[0])
+    browser = enforcing_csrf(support_user)
+
+    assert browser.get(f"{DLQ_URL}{dead_letter.pk}/retry/").status_code == 405
+    assert browser.post(f"{DLQ_URL}{dead_letter.pk}/retry/").status_code == 403  # no CSRF token
+    assert DeadLetter.objects.get(pk=dead_letter.pk).resolution == Resolution.UNRESOLVED
+
+
+def test_retrying_a_delivered_notifications_dead_letter_says_so_and_changes_nothing(support_user: Any) -> None:
+    dead_letter = make_dead_letter(make_api_client()[0], status=Status.DELIVERED)
+    browser = enforcing_csrf(support_user)
+
+    response = csrf_post(browser, DLQ_URL, f"{DLQ_URL}{dead_letter.pk}/retry/?next=list")
+
+    assert messages_of(response) == [
+        f"0 retried, 1 skipped: #{dead_letter.pk} skipped (its notification is delivered, not failed or dead)"
+    ]
+    dead_letter.refresh_from_db()
+    assert dead_letter.resolution == Resolution.UNRESOLVED
+    assert audit_entries(dead_letter) == []
+
+
+def test_bulk_discard_asks_for_confirmation_then_discards_records_who_and_logs_it(support_user: Any) -> None:
+    api_client, _ = make_api_client()
+    first, second = make_dead_letter(api_client), make_dead_letter(api_client)
+    already = make_dead_letter(api_client, resolution=Resolution.RETRIED)
+    browser = enforcing_csrf(support_user)
+    selected = {"action": "discard_selected", "_selected_action": [first.pk, second.pk, already.pk]}
+
+    confirmation = csrf_post(browser, DLQ_URL, DLQ_URL, {**selected, "index": "0"})
+
+    assert b"Discard these 3 dead letters?" in confirmation.content
+    assert DeadLetter.objects.filter(resolution=Resolution.DISCARDED).count() == 0
+    done = csrf_post(browser, DLQ_URL, DLQ_URL, {**selected, "confirm": "yes"})
+
+    assert messages_of(done) == [f"2 discarded, 1 skipped: #{already.pk} skipped (already retried)"]
+    for dead_letter in (first, second):
+        dead_letter.refresh_from_db()
+        assert (dead_letter.resolution, dead_letter.resolved_by) == (Resolution.DISCARDED, support_user)
+        [entry] = audit_entries(dead_letter)
+        assert (entry.user, entry.action_flag, entry.get_change_message()) == (support_user, CHANGE, "Discarded: discarded")
+    assert audit_entries(already) == []
+    assert Notification.objects.get(pk=first.notification_id).status == Status.FAILED
+
+
+def test_discard_from_the_detail_page_confirms_first(support_user: Any) -> None:
+    dead_letter = make_dead_letter(make_api_client()[0])
+    browser = enforcing_csrf(support_user)
+
+    confirmation = browser.get(f"{DLQ_URL}{dead_letter.pk}/discard/")
+    assert b"Discard this dead letter?" in confirmation.content
+    assert DeadLetter.objects.get(pk=dead_letter.pk).resolution == Resolution.UNRESOLVED
+
+    response = csrf_post(
+        browser, f"{DLQ_URL}{dead_letter.pk}/discard/", f"{DLQ_URL}{dead_letter.pk}/discard/", {"confirm": "yes"}
+    )
+
+    assert messages_of(response) == ["1 discarded, 0 skipped"]
+    assert DeadLetter.objects.get(pk=dead_letter.pk).resolution == Resolution.DISCARDED
+
+
+def test_cancel_from_the_detail_page_cancels_a_pending_notification_and_logs_it(support_user: Any) -> None:
+    api_client, _ = make_api_client()
+    notification = make_notification(api_client, status=Status.ACCEPTED)
+    delivered = make_notification(api_client, status=Status.DELIVERED)
+    browser = enforcing_csrf(support_user)
+    page = f"{NOTIFICATIONS_URL}{notification.pk}/change/"
+
+    assert b"cancel-button" not in browser.get(f"{NOTIFICATIONS_URL}{delivered.pk}/change/").content
+    response = csrf_post(browser, page, f"{NOTIFICATIONS_URL}{notification.pk}/cancel/")
+
+    assert messages_of(response) == ["1 cancelled, 0 skipped"]
+    assert Notification.objects.get(pk=notification.pk).status == Status.CANCELLED
+    [entry] = audit_entries(notification)
+    assert (entry.user, entry.get_change_message()) == (support_user, "Cancelled")
+    again = browser.post(
+        f"{NOTIFICATIONS_URL}{notification.pk}/cancel/", {"csrfmiddlewaretoken": browser.cookies["csrftoken"].value}
+    )
+    assert again.status_code == 302
+    assert len(audit_entries(notification)) == 1
+
+
+# --- Retry with a real worker --------------------------------------------------------------------
+
+
+def failed_by_smtp(smtp_server: LocalSmtpServer, address: str) -> DeadLetter:
+    """A notification the real worker sent and the SMTP server refused for good."""
+    api_client, _ = make_api_client()
+    smtp_server.refuse(address)
+    notification = accept_notification(api_client, to=address, subject="Try again")
+    wait_until(lambda: Notification.objects.get(pk=notification.pk).status == Status.FAILED, timeout=20, message="failed")
+    smtp_server.handler.refused.discard(address)
+    return DeadLetter.objects.get(notification=notification)
+
+
+def delivered_to(smtp_server: LocalSmtpServer, dead_letter: DeadLetter) -> Notification:
+    return wait_until(
+        lambda: Notification.objects.filter(pk=dead_letter.notification_id, status=Status.DELIVERED).first(),
+        timeout=20,
+        message="delivered after the retry",
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_retry_button_re_enqueues_and_the_worker_delivers_and_the_retry_is_logged(
+    worker: Any, smtp_server: LocalSmtpServer
+) -> None:
+    dead_letter = failed_by_smtp(smtp_server, "ann@example.com")
+    user = User.objects.create_user("sam", password="support-pass-1", is_staff=True)
+    user.groups.add(support_group())
+    browser = enforcing_csrf(user)
+    detail = f"{DLQ_URL}{dead_letter.pk}/change/"
+    assert b"retry-button" in browser.get(detail).content
+
+    response = csrf_post(browser, detail, f"{DLQ_URL}{dead_letter.pk}/retry/")
+
+    assert messages_of(response) == ["1 retried, 0 skipped"]
+    notification = delivered_to(smtp_server, dead_letter)
+    assert [m.rcpt_tos for m in smtp_server.received] == [["ann@example.com"]]
+    assert list(notification.attempts.order_by("number").values_list("outcome", flat=True)) == [
+        AttemptOutcome.PERMANENT_ERROR,
+        AttemptOutcome.DELIVERED,
+    ]
+    dead_letter.refresh_from_db()
+    assert (dead_letter.resolution, dead_letter.resolved_by) == (Resolution.RETRIED, user)
+    [entry] = audit_entries(dead_letter)
+    assert (entry.user, entry.action_flag, entry.get_change_message()) == (user, CHANGE, "Retried: re-enqueued")
+    # The list now shows who retried it and the new outcome, and no second button.
+    page = browser.get(DLQ_URL).content.decode()
+    assert "Retried by sam" in page and "delivered" in page
+    assert f"/deadletter/{dead_letter.pk}/retry/" not in page
+    again = csrf_post(browser, DLQ_URL, f"{DLQ_URL}{dead_letter.pk}/retry/?next=list")
+    assert messages_of(again) == [f"0 retried, 1 skipped: #{dead_letter.pk} skipped (already retried)"]
+    assert len(smtp_server.received) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_retry_shows_a_confirmation_then_re_enqueues_and_the_worker_delivers(
+    worker: Any, smtp_server: LocalSmtpServer
+) -> None:
+    letters = [failed_by_smtp(smtp_server, f"bulk{i}@example.com") for i in range(2)]
+    user = User.objects.create_user("sam", password="support-pass-1", is_staff=True)
+    user.groups.add(support_group())
+    browser = enforcing_csrf(user)
+    selected = {"action": "retry_selected", "_selected_action": [dl.pk for dl in letters]}
+
+    confirmation = csrf_post(browser, DLQ_URL, DLQ_URL, {**selected, "index": "0"})
+    assert b"Retry these 2 dead letters?" in confirmation.content
+    assert not DeadLetter.objects.filter(resolution=Resolution.RETRIED).exists()
+
+    response = csrf_post(browser, DLQ_URL, DLQ_URL, {**selected, "confirm": "yes"})
+
+    assert messages_of(response) == ["2 retried, 0 skipped"]
+    for dead_letter in letters:
+        delivered_to(smtp_server, dead_letter)
+        [entry] = audit_entries(dead_letter)
+        assert entry.user == user and entry.get_change_message() == "Retried: re-enqueued"
+    assert sorted(m.rcpt_tos[0] for m in smtp_server.received) == ["bulk0@example.com", "bulk1@example.com"]
+
+
+# --- API clients ---------------------------------------------------------------------------------
+
+
+def test_a_superuser_creates_rotates_and_revokes_api_clients_and_sees_each_token_once(superuser: Client) -> None:
+    created = superuser.post("/admin/notifications/apiclient/add/", {"name": "billing"}, follow=True)
+
+    [message] = [m for m in messages_of(created) if "API token" in m]
+    token = re.search(r"ntf_[\w-]+", message)
+    assert token is not None and "not shown again" in message
+    client = ApiClient.objects.get(name="billing")
+    assert client.token_hash == hash_token(token.group(0))
+    assert token.group(0) not in superuser.get(f"/admin/notifications/apiclient/{client.pk}/change/").content.decode()
+
+    rotated = superuser.post(
+        "/admin/notifications/apiclient/",
+        {"action": "rotate_token_selected", "_selected_action": [client.pk], "index": "0"},
+        follow=True,
+    )
+    new_token = re.search(r"ntf_[\w-]+", messages_of(rotated)[0])
+    assert new_token is not None and new_token.group(0) != token.group(0)
+    client.refresh_from_db()
+    assert client.token_hash == hash_token(new_token.group(0)) and client.token_rotated_at is not None
+
+    revoked = superuser.post(
+        "/admin/notifications/apiclient/",
+        {"action": "revoke_selected", "_selected_action": [client.pk], "index": "0"},
+        follow=True,
+    )
+    assert messages_of(revoked) == ["1 revoked, 0 skipped"]
+    client.refresh_from_db()
+    assert client.is_active is False
+    assert [e.get_change_message() for e in audit_entries(client)] == ["Added.", "Rotated token", "Revoked"]
+
+
+# --- Retention -----------------------------------------------------------------------------------
+
+
+def test_purge_deletes_old_finished_notifications_attempts_and_expired_keys_but_keeps_unresolved_dead_letters(
+    db: None,
+) -> None:
+    api_client, _ = make_api_client()
+    now = timezone.now()
+    long_ago = now - timedelta(days=45)
+
+    def aged(notification: Notification) -> Notification:
+        Notification.objects.filter(pk=notification.pk).update(created_at=long_ago)
+        return notification
+
+    old_delivered = aged(make_notification(api_client, status=Status.DELIVERED))
+    DeliveryAttempt.objects.create(notification=old_delivered, number=1, outcome=AttemptOutcome.DELIVERED)
+    old_pending = aged(make_notification(api_client, status=Status.RETRYING))
+    unresolved = make_dead_letter(api_client)
+    aged(unresolved.notification)
+    resolved = make_dead_letter(api_client, resolution=Resolution.DISCARDED, resolved_at=long_ago)
+    aged(resolved.notification)
+    recent = make_notification(api_client, status=Status.DELIVERED)
+    expired_key = IdempotencyKey.objects.create(
+        client=api_client, key="old", fingerprint="f", expires_at=now - timedelta(hours=1)
+    )
+    live_key = IdempotencyKey.objects.create(client=api_client, key="new", fingerprint="f", expires_at=now + timedelta(hours=1))
+    out = io.StringIO()
+
+    call_command("purge_notifications", "--older-than", "30d", "--batch-size", "1", stdout=out)
+
+    remaining = set(Notification.objects.values_list("pk", flat=True))
+    assert remaining == {old_pending.pk, unresolved.notification_id, recent.pk}
+    assert not DeliveryAttempt.objects.filter(notification_id=old_delivered.pk).exists()
+    assert set(DeadLetter.objects.values_list("pk", flat=True)) == {unresolved.pk}
+    assert set(IdempotencyKey.objects.values_list("pk", flat=True)) == {live_key.pk}
+    assert not IdempotencyKey.objects.filter(pk=expired_key.pk).exists()
+    assert "deleted 2 notifications, 1 attempts, 1 resolved dead letters, 1 expired idempotency keys" in out.getvalue()
+
+
+def test_purge_defaults_to_the_retention_setting(db: None, settings: Any) -> None:
+    settings.NOTIFICATIONS = {**settings.NOTIFICATIONS, "RETENTION_DAYS": 10}
+    api_client, _ = make_api_client()
+    eleven_days = make_notification(api_client)
+    nine_days = make_notification(api_client)
+    Notification.objects.filter(pk=eleven_days.pk).update(created_at=timezone.now() - timedelta(days=11))
+    Notification.objects.filter(pk=nine_days.pk).update(created_at=timezone.now() - timedelta(days=9))
+
+    call_command("purge_notifications", stdout=io.StringIO())
+
+    assert set(Notification.objects.values_list("pk", flat=True)) == {nine_days.pk}
+
+
+def test_purge_refuses_an_age_it_cannot_read(db: None) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="30d"):
+        call_command("purge_notifications", "--older-than", "a month")
+
+
+def test_an_event_dead_letter_whose_body_is_not_json_is_shown_as_escaped_text(support: Client) -> None:
+    dead_letter = DeadLetter.objects.create(
+        source=DeadLetterSource.EVENT, reason=DeadLetterReason.POISON_MESSAGE, raw_body="not json <at all>"
+    )
+    page = support.get(f"{DLQ_URL}{dead_letter.pk}/change/").content.decode()
+    assert "not json &lt;at all&gt;" in page
