@@ -7,6 +7,7 @@ PY=.venv/bin/python
 
 scripts/services.sh
 scripts/promtool.sh  # the alert-rule tests need promtool; installed here, never skipped
+scripts/browser.sh  # the admin browser test needs Debian's chromium; installed here, never skipped
 
 RUN_ID=${TEST_RUN_ID:-$(date +%s)$$}
 VHOST="notifications-test-$RUN_ID"
