@@ -56,7 +56,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from . import services
 from .conf import CHANNELS, EventsConfig, get_config
 from .errors import NotificationError
-from .metrics import notifications_processed, notifications_processing_seconds
+from .metrics import record_event_processed
 from .models import DeadLetter, DeadLetterReason, DeadLetterSource, ProcessedEvent, Resolution
 
 try:  # Redis errors are transient too when the cache is Redis.
@@ -242,7 +242,6 @@ def event_process(*, body: bytes, routing_key: str, headers: dict[str, Any] | No
     not a parent, as a queue decouples the two (a batch or a redelivery hours later).
     """
     link = traceparent_link(headers)
-    started = time.monotonic()
     with tracer.start_as_current_span(
         "notification.process",
         context=otel_context.Context(),
@@ -266,7 +265,6 @@ def event_process(*, body: bytes, routing_key: str, headers: dict[str, Any] | No
             span.set_attribute("notification.event_key", result.event_key)
         if result.notification_id:
             span.set_attribute("notification.id", result.notification_id)
-    notifications_processing_seconds.observe(time.monotonic() - started)
     return result
 
 
@@ -484,6 +482,7 @@ class EventConsumer:
     def _on_event(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
         if self._hand_back_if_stopping(channel, method):
             return
+        started = time.monotonic()
         close_old_connections()
         headers = dict(properties.headers or {})
         result = event_process(body=body, routing_key=method.routing_key, headers=headers)
@@ -492,12 +491,12 @@ class EventConsumer:
         if result.status in ("success", "duplicate"):
             channel.basic_ack(tag)
             self._transient_counts.pop(result.event_key, None)
-            notifications_processed.labels(status=result.status).inc()
+            record_event_processed(status=result.status, seconds=time.monotonic() - started)
             logger.info("event %s: %s %s", result.event_key, result.status, result.notification_id, extra=extra)
             return
         if result.status == "failed":
             channel.basic_nack(tag, requeue=False)
-            notifications_processed.labels(status="failed").inc()
+            record_event_processed(status="failed", seconds=time.monotonic() - started)
             logger.warning("event rejected to the DLQ: %s", result.reason, extra=extra)
             return
         # failed_transient: the database (or Redis) is away. Drop the broken connection so the
@@ -509,10 +508,10 @@ class EventConsumer:
         delivery_count = headers.get("x-delivery-count")
         if isinstance(delivery_count, int):
             count = max(count, delivery_count + 1)
-        notifications_processed.labels(status="failed_transient").inc()
         if count > self.config.max_redeliveries:
             self._transient_counts.pop(key, None)
             channel.basic_nack(tag, requeue=False)
+            record_event_processed(status="failed_transient", seconds=time.monotonic() - started)
             logger.error("event %s failed transiently %d times (%s); sent to the DLQ", key, count, result.reason, extra=extra)
             return
         self._transient_counts[key] = count
@@ -520,6 +519,7 @@ class EventConsumer:
         logger.warning("event %s: transient failure %d (%s); requeued in %.1fs", key, count, result.reason, delay, extra=extra)
         self._wait(channel.connection, delay)
         channel.basic_nack(tag, requeue=True)
+        record_event_processed(status="failed_transient", seconds=time.monotonic() - started)
 
     def _on_dead_letter(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
         if self._hand_back_if_stopping(channel, method):

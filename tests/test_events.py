@@ -383,3 +383,27 @@ def test_publish_event_puts_a_persistent_order_created_on_the_exchange() -> None
     assert method is not None and method.routing_key == "order.created"
     assert properties.delivery_mode == 2
     assert events.decode_order_created(body).key == "order.created:52"
+
+
+def test_with_quorum_queues_the_consumer_declares_them_and_processes_events(recipient: None) -> None:
+    names = {"EVENTS_QUEUE": "notifications.quorum", "EVENTS_DLX": "orders.quorum.dlq", "EVENTS_DLQ": "notifications.quorum.dlq"}
+    vhost = pika.URLParameters(settings.BROKER_URL).virtual_host
+    try:
+        with start_consumer(EVENTS_QUORUM_QUEUES="true", **names):
+            listed = subprocess.run(
+                ["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "type", "arguments"],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
+            types = dict(line.split("\t")[:2] for line in listed.splitlines() if "\t" in line)
+            assert types["notifications.quorum"] == "quorum"
+            assert types["notifications.quorum.dlq"] == "quorum"
+            publish(order(53))
+            wait_until(lambda: Notification.objects.filter(metadata__order_id=53).exists(), timeout=20, message="processed")
+    finally:
+        with amqp_channel() as channel:
+            channel.queue_delete(queue=names["EVENTS_QUEUE"])
+            channel.queue_delete(queue=names["EVENTS_DLQ"])
+            channel.exchange_delete(exchange=names["EVENTS_DLX"])
