@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -407,3 +409,16 @@ def test_with_quorum_queues_the_consumer_declares_them_and_processes_events(reci
             channel.queue_delete(queue=names["EVENTS_QUEUE"])
             channel.queue_delete(queue=names["EVENTS_DLQ"])
             channel.exchange_delete(exchange=names["EVENTS_DLX"])
+
+
+def test_a_broker_unreachable_at_start_is_retried_with_growing_delays_then_sigterm_stops_cleanly() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    with PlatformProcess("consume_events", env=consumer_env(BROKER_URL=url, EVENTS_RECONNECT_BASE_SECONDS="0.1")) as consumer:
+        wait_until(lambda: consumer.output().count("cannot connect to the broker") >= 4, timeout=30, message="retries")
+        consumer.signal(signal.SIGTERM)
+        assert consumer.process.wait(timeout=20) == 0, consumer.output()
+    delays = [float(d) for d in re.findall(r"retrying in ([0-9.]+)s", consumer.output())]
+    assert delays[1] > delays[0] and delays[3] > delays[1], delays
