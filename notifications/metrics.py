@@ -117,9 +117,9 @@ def monitored_queues() -> list[str]:
 
     # .DQ holds delayed messages (retries, near-future sends); .XQ is dramatiq's own dead letters.
     queues = [f"{queue}{suffix}" for queue in (HIGH_QUEUE, BULK_QUEUE) for suffix in ("", ".DQ", ".XQ")]
-    config = get_config()
-    # The event consumer's queue and its dead letters, once notifications/conf.py names them.
-    queues += [str(name) for name in (getattr(config, "events_queue", ""), getattr(config, "events_dlq", "")) if name]
+    events = get_config().events
+    # The event consumer's queue and its broker-side dead letters.
+    queues += [name for name in (events.queue, events.dlq) if name]
     return queues
 
 

@@ -13,13 +13,15 @@ from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from notifications import metrics, services
+from notifications import services
 from notifications.actors import HIGH_QUEUE, deliver_notification
+from notifications.conf import get_config
 from notifications.models import DeadLetter, Notification, Status
 
 from .factories import accept_notification
 from .helpers import PlatformProcess, wait_until
 from .test_delivery_pipeline import SmtpServer, pipeline_env
+from .test_events import consumer_thread, order, publish, recipient, start_consumer, topology  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -167,25 +169,52 @@ def test_a_broker_that_is_down_leaves_the_queue_gauge_out_but_the_scrape_still_a
     assert value(samples, "dlq_size") == 0
 
 
-def test_consumer_metrics_are_counted_and_served_on_their_own_port(db: None) -> None:
-    # notifications/events.py (the consumer) is not committed yet; this covers what it will call.
+@pytest.mark.usefixtures("recipient")
+def test_a_consumed_and_a_duplicate_event_are_counted_on_metrics() -> None:
     before = scrape()
-    metrics.record_event_processed(status="duplicate", seconds=0.01)
-    metrics.record_event_processed(status="success", seconds=0.02)
-    after = scrape()
-    for status in ("duplicate", "success"):
-        assert (
-            value(after, "notifications_processed_total", status=status)
-            - value(before, "notifications_processed_total", status=status)
-            == 1
+    for _ in range(2):
+        publish(order(4711))
+    with consumer_thread():
+        wait_until(
+            lambda: (
+                value(scrape(), "notifications_processed_total", status="duplicate")
+                > value(before, "notifications_processed_total", status="duplicate")
+            )
         )
-    assert value(after, "notifications_processing_seconds_count") - value(before, "notifications_processing_seconds_count") == 2
+    after = scrape()
 
-    port = metrics.serve_process_metrics(0, addr="127.0.0.1")
-    served = parse(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
-    assert value(served, "notifications_processed_total", status="duplicate") == value(
-        after, "notifications_processed_total", status="duplicate"
-    )
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("notifications_processed_total", status="success") == 1
+    assert delta("notifications_processed_total", status="duplicate") == 1
+    assert delta("notifications_processed_total", status="failed") == 0
+    assert delta("notifications_processing_seconds_count") == 2
+    assert value(after, "notification_queue_size", queue=get_config().events.queue) == 0
+
+
+@pytest.mark.usefixtures("recipient")
+def test_the_consume_events_process_serves_its_metrics_on_the_consumer_port() -> None:
+    port = free_port()
+    consumer = start_consumer(CONSUMER_METRICS_PORT=str(port))
+    try:
+        for _ in range(3):
+            publish(order(4712))
+
+        def consumer_samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            try:
+                samples = parse(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode())
+            except OSError:
+                return None
+            return samples if value(samples, "notifications_processed_total", status="duplicate") == 2 else None
+
+        samples = wait_until(
+            consumer_samples, timeout=20, message=f"consumer metrics on :{port}; log:\n{consumer.output()[-3000:]}"
+        )
+        assert value(samples, "notifications_processed_total", status="success") == 1
+        assert value(samples, "notifications_processing_seconds_count") == 3
+    finally:
+        consumer.kill()
 
 
 def test_metrics_of_every_worker_process_are_served_on_the_worker_port(

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notifications.events import EventConsumer
+from notifications.metrics import serve_process_metrics
 
 logger = logging.getLogger("notifications.events")
 
@@ -31,6 +32,8 @@ class Command(BaseCommand):
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda signum, frame: self._stop(consumer, signum))
         # Process-wide extras (e.g. a metrics exporter on its own port) start here, before consuming.
+        if settings.CONSUMER_METRICS_PORT:
+            serve_process_metrics(settings.CONSUMER_METRICS_PORT)
         consumer.run()
 
     def _stop(self, consumer: EventConsumer, signum: int) -> None:
