@@ -678,3 +678,47 @@ def test_an_event_dead_letter_whose_body_is_not_json_is_shown_as_escaped_text(su
     )
     page = support.get(f"{DLQ_URL}{dead_letter.pk}/change/").content.decode()
     assert "not json &lt;at all&gt;" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retrying_an_event_dead_letter_in_the_admin_republishes_its_raw_body_to_the_exchange(
+    broker: Any,
+) -> None:
+    import pika
+    from django.conf import settings
+
+    from notifications import events
+    from notifications.conf import get_config
+
+    config = get_config().events
+    user = User.objects.create_user("sam", password="support-pass-1", is_staff=True)
+    user.groups.add(support_group())
+    raw_body = '{"order_id": 42, "amount": "lots"}'
+    dead_letter = DeadLetter.objects.create(
+        source=DeadLetterSource.EVENT, reason=DeadLetterReason.POISON_MESSAGE, routing_key="order.created", raw_body=raw_body
+    )
+    connection_ = pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL))
+    try:
+        channel = connection_.channel()
+        events.declare_topology(channel, config)
+        # A queue of this test's own on the exchange, so the consumer's queues are left alone.
+        watcher = channel.queue_declare(queue="", exclusive=True, auto_delete=True).method.queue
+        channel.queue_bind(queue=watcher, exchange=config.exchange, routing_key="order.created")
+        browser = enforcing_csrf(user)
+
+        response = csrf_post(browser, f"{DLQ_URL}{dead_letter.pk}/change/", f"{DLQ_URL}{dead_letter.pk}/retry/")
+
+        assert messages_of(response) == ["1 retried, 0 skipped"]
+
+        def republished() -> bytes | None:
+            method, _, body = channel.basic_get(queue=watcher, auto_ack=True)
+            return body if method else None
+
+        body = wait_until(republished, timeout=10, message="the raw body back on the exchange")
+        assert body.decode() == raw_body
+    finally:
+        connection_.close()
+    dead_letter.refresh_from_db()
+    assert (dead_letter.resolution, dead_letter.resolved_by) == (Resolution.RETRIED, user)
+    [entry] = audit_entries(dead_letter)
+    assert entry.get_change_message() == "Retried: republished"
