@@ -317,9 +317,11 @@ def test_sigterm_finishes_and_acks_the_message_in_hand_and_loses_nothing(recipie
                 publish(order(order_id))
 
             def consumer_waits_on_the_lock() -> bool:
-                row = blocker.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%processedevent%%'"
-                ).fetchone()
+                # From a connection of its own: pg_stat_activity is snapshotted once per transaction.
+                with psycopg.connect(postgres_url(), autocommit=True) as probe:
+                    row = probe.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%processedevent%'"
+                    ).fetchone()
                 return bool(row and row[0])
 
             wait_until(consumer_waits_on_the_lock, timeout=20, message="consumer blocked on the claim")
