@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core import mail
 from django.core.management import call_command
 from django.db import connection, connections
+from django.urls import reverse
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -206,7 +207,7 @@ def test_the_same_event_three_times_makes_one_notification_and_two_duplicates(re
     assert queue_depth(get_config().events.queue) == 0
 
 
-def test_malformed_events_go_to_the_dlq_and_become_dead_letters_that_can_be_republished() -> None:
+def test_malformed_events_go_to_the_dlq_and_become_dead_letters_that_can_be_republished(admin_client: Any) -> None:
     config = get_config().events
     with start_consumer("--no-dead-letters") as consumer:
         publish(b"{not json")
@@ -227,6 +228,9 @@ def test_malformed_events_go_to_the_dlq_and_become_dead_letters_that_can_be_repu
     death = bad_amount.headers["x-death"][0]
     assert (death["queue"], death["exchange"], death["reason"]) == (config.queue, config.exchange, "rejected")
     assert Notification.objects.count() == 0
+    page = admin_client.get(reverse("admin:notifications_deadletter_changelist"), {"source": "event"})
+    assert page.status_code == 200
+    assert reverse("admin:notifications_deadletter_change", args=[bad_amount.pk]) in page.content.decode()
 
     result = services.dead_letter_redrive(dead_letter=bad_amount, by=None)
     assert result.done, result.detail
