@@ -698,8 +698,8 @@ def test_retrying_an_event_dead_letter_in_the_admin_republishes_its_raw_body_to_
         source=DeadLetterSource.EVENT, reason=DeadLetterReason.POISON_MESSAGE, routing_key="order.created", raw_body=raw_body
     )
     connection_ = pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL))
+    channel = connection_.channel()
     try:
-        channel = connection_.channel()
         events.declare_topology(channel, config)
         # A queue of this test's own on the exchange, so the consumer's queues are left alone.
         watcher = channel.queue_declare(queue="", exclusive=True, auto_delete=True).method.queue
@@ -717,6 +717,8 @@ def test_retrying_an_event_dead_letter_in_the_admin_republishes_its_raw_body_to_
         body = wait_until(republished, timeout=10, message="the raw body back on the exchange")
         assert body.decode() == raw_body
     finally:
+        # The consumer's own queue got the message too; leave this run's vhost empty for later tests.
+        channel.queue_purge(queue=config.queue)
         connection_.close()
     dead_letter.refresh_from_db()
     assert (dead_letter.resolution, dead_letter.resolved_by) == (Resolution.RETRIED, user)
