@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -74,6 +75,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(RETRY_PERMISSION)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Every field a page shows is read-only, so a fieldset is the one list to keep.
+        if self.fieldsets:
+            return (*self.readonly_fields, *flatten_fieldsets(self.fieldsets))
+        return self.readonly_fields
 
 
 # --- Notifications -----------------------------------------------------------------------------
@@ -140,30 +147,6 @@ class NotificationAdmin(ReadOnlyAdmin):
             },
         ),
         ("Tracing", {"fields": ("trace_id", "idempotency_key", "created_at", "updated_at")}),
-    )
-    readonly_fields = (
-        "id",
-        "status",
-        "channel",
-        "address",
-        "client",
-        "user_id",
-        "priority",
-        "rendered_message",
-        "metadata_pretty",
-        "attempt_count",
-        "last_error",
-        "provider_message_id",
-        "dead_letter_links",
-        "send_at",
-        "next_attempt_at",
-        "enqueued_at",
-        "claimed_at",
-        "delivered_at",
-        "trace_id",
-        "idempotency_key",
-        "created_at",
-        "updated_at",
     )
 
     @admin.display(description="id", ordering="id")

@@ -203,22 +203,28 @@ def _handler_for(server: FakeProviderServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def provider_settings(server: FakeProviderServer) -> dict[str, Any]:
+    """The NOTIFICATIONS settings (named as their environment variables) that point SMS and push at
+    the fake server, for this process or, as strings, for a worker process's environment."""
+    return {
+        "TWILIO_API_BASE": server.base_url,
+        "TWILIO_ACCOUNT_SID": TWILIO_SID,
+        "TWILIO_AUTH_TOKEN": TWILIO_TOKEN,
+        "TWILIO_FROM_NUMBER": TWILIO_FROM,
+        "FCM_API_BASE": server.base_url,
+        "FCM_PROJECT_ID": FCM_PROJECT,
+        "FCM_ACCESS_TOKEN": FCM_TOKEN,
+        "PROVIDER_TIMEOUT_SECONDS": 5.0,
+        "WEBHOOK_TIMEOUT_SECONDS": 5.0,
+    }
+
+
 @pytest.fixture(name="provider_server")
 def provider_server_fixture() -> Iterator[FakeProviderServer]:
     """The fake provider server, with the SMS and push settings pointing at it."""
     server = FakeProviderServer()
     try:
-        with override_notifications(
-            TWILIO_API_BASE=server.base_url,
-            TWILIO_ACCOUNT_SID=TWILIO_SID,
-            TWILIO_AUTH_TOKEN=TWILIO_TOKEN,
-            TWILIO_FROM_NUMBER=TWILIO_FROM,
-            FCM_API_BASE=server.base_url,
-            FCM_PROJECT_ID=FCM_PROJECT,
-            FCM_ACCESS_TOKEN=FCM_TOKEN,
-            PROVIDER_TIMEOUT_SECONDS=5.0,
-            WEBHOOK_TIMEOUT_SECONDS=5.0,
-        ):
+        with override_notifications(**provider_settings(server)):
             yield server
     finally:
         server.stop()

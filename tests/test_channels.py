@@ -32,6 +32,7 @@ from .fakes import (  # noqa: F401  (fixtures)
     fcm_error,
     override_notifications,
     provider_server_fixture,
+    provider_settings,
     smtp_server_fixture,
     twilio_error,
 )
@@ -346,18 +347,10 @@ def delivered(notification_id: str) -> Notification | None:
 def worker_process_env(provider_server: FakeProviderServer, smtp_server: LocalSmtpServer) -> dict[str, str]:
     """A worker process's environment with every channel pointed at the local fake providers."""
     return platform_env(
+        **{name: str(value) for name, value in provider_settings(provider_server).items()},
         EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
         EMAIL_HOST="127.0.0.1",
         EMAIL_PORT=str(smtp_server.port),
-        TWILIO_API_BASE=provider_server.base_url,
-        TWILIO_ACCOUNT_SID=TWILIO_SID,
-        TWILIO_AUTH_TOKEN=TWILIO_TOKEN,
-        TWILIO_FROM_NUMBER=TWILIO_FROM,
-        FCM_API_BASE=provider_server.base_url,
-        FCM_PROJECT_ID=FCM_PROJECT,
-        FCM_ACCESS_TOKEN=FCM_TOKEN,
-        PROVIDER_TIMEOUT_SECONDS="5",
-        WEBHOOK_TIMEOUT_SECONDS="5",
         WEBHOOK_ALLOW_HOSTS=provider_server.host_port,
         LOG_FORMAT="text",
     )
