@@ -155,6 +155,12 @@ class ScrapeTimeCollector(Collector):
     every scrape so they are true whichever process serves them. A service that is down leaves its
     gauge out of that scrape rather than failing the whole scrape."""
 
+    def describe(self) -> Iterator[Metric]:
+        # Registering a collector without describe() makes prometheus_client call collect() on
+        # register, i.e. query the broker and database whenever the URLconf loads (migrate, checks).
+        yield GaugeMetricFamily("notification_queue_size", "Messages ready in each RabbitMQ queue.", labels=["queue"])
+        yield GaugeMetricFamily("dlq_size", "Unresolved dead letters.")
+
     def collect(self) -> Iterator[Metric]:
         if not settings.BROKER_IS_EMBEDDED:
             try:

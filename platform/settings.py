@@ -275,5 +275,8 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         "pika": {"level": "WARNING"},
+        # pika warns on every Channel.Close, including the 404 of the scrape-time queue-size probe
+        # for a queue nobody declared yet; whoever owns the channel reports real failures.
+        "pika.channel": {"level": "ERROR"},
     },
 }
