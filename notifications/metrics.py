@@ -165,8 +165,9 @@ class ScrapeTimeCollector(Collector):
         if not settings.BROKER_IS_EMBEDDED:
             try:
                 sizes = broker_queue_sizes(monitored_queues())
-            except Exception:
-                logger.warning("could not read queue sizes from the broker", exc_info=True)
+            except Exception as exc:
+                # One line, not a traceback: a down broker is seen on every scrape until it is back.
+                logger.warning("could not read queue sizes from the broker: %s", exc)
             else:
                 queue_size = GaugeMetricFamily(
                     "notification_queue_size", "Messages ready in each RabbitMQ queue.", labels=["queue"]
@@ -178,8 +179,8 @@ class ScrapeTimeCollector(Collector):
             from .models import DeadLetter, Resolution
 
             unresolved = DeadLetter.objects.filter(resolution=Resolution.UNRESOLVED).count()
-        except Exception:
-            logger.warning("could not count dead letters", exc_info=True)
+        except Exception as exc:
+            logger.warning("could not count dead letters: %s", exc)
         else:
             yield GaugeMetricFamily("dlq_size", "Unresolved dead letters.", value=unresolved)
 
