@@ -408,7 +408,7 @@ def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     Raises SendRateLimited when the channel has no free slot; the actor turns that into a
     Dramatiq ``Retry`` with the delay, which the Retries middleware does not count (see actors).
     """
-    notification = Notification.objects.filter(pk=notification_id).first()
+    notification = Notification.objects.select_related("client").filter(pk=notification_id).first()
     if notification is None or notification.status not in (Status.ACCEPTED, Status.QUEUED, Status.RETRYING):
         return DeliveryOutcome("skipped")
     if notification.next_attempt_at and notification.next_attempt_at > timezone.now() + timedelta(seconds=1):
@@ -437,7 +437,8 @@ def _notification_claim(notification: Notification) -> DeliveryAttempt | None:
         )
         if not won:
             return None
-        notification.refresh_from_db()
+        # Only what the claim changed: a full refresh would drop the prefetched client.
+        notification.refresh_from_db(fields=["status", "claimed_at", "attempt_count", "updated_at"])
         number = (notification.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
         return DeliveryAttempt.objects.create(notification=notification, number=number, started_at=now)
 
