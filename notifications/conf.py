@@ -13,7 +13,11 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 CHANNELS = ("email", "sms", "push", "webhook")
-_RATE_RE = re.compile(r"^\s*(?P<channel>[a-z_]+)\s*=\s*(?P<count>\d+(?:\.\d+)?)\s*/\s*(?P<unit>s|m|h)\s*$")
+# ``channel=N/s`` for the whole channel, or ``channel:account=N/s`` for one provider account (a
+# Twilio account SID, an FCM project id, an SMTP login), which then has a bucket of its own.
+_RATE_RE = re.compile(
+    r"^\s*(?P<channel>[a-z_]+)(?::(?P<account>[^\s=:,]+))?\s*=\s*(?P<count>\d+(?:\.\d+)?)\s*/\s*(?P<unit>s|m|h)\s*$"
+)
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -84,15 +88,25 @@ class NotificationsConfig:
     def retry_policy(self, channel: str) -> RetryPolicy:
         return self.retry_policies.get(channel, self.default_retry_policy)
 
+    def rate_limit(self, channel: str, account: str = "") -> tuple[str, RateLimit] | None:
+        """The limit a send on ``channel`` from provider ``account`` keeps to, with its bucket's name:
+        the account's own limit when one is configured, else the channel's; None when unlimited."""
+        for name in (f"{channel}:{account}" if account else "", channel):
+            if name and name in self.rate_limits:
+                return name, self.rate_limits[name]
+        return None
+
 
 def parse_rate_limits(value: str) -> dict[str, RateLimit]:
-    """Parse ``"email=50/s,sms=10/s"`` (units s, m, h); a bad value fails loudly at start-up."""
+    """Parse ``"email=50/s,sms=10/s,sms:ACxxx=5/s"`` (units s, m, h; ``channel:account`` limits one
+    provider account); a bad value fails loudly at start-up. Keys are ``channel`` or ``channel:account``."""
     limits: dict[str, RateLimit] = {}
     for part in filter(None, (p.strip() for p in value.split(","))):
         match = _RATE_RE.match(part)
         if not match:
             raise ImproperlyConfigured(
-                f"NOTIFICATIONS_RATE_LIMITS: {part!r} is not of the form channel=N/s (or /m, /h), "
+                f"NOTIFICATIONS_RATE_LIMITS: {part!r} is not of the form channel=N/s or channel:account=N/s "
+                "(or /m, /h), "
                 "e.g. NOTIFICATIONS_RATE_LIMITS='email=50/s,sms=10/s,push=100/s,webhook=20/s'"
             )
         channel, count = match["channel"], float(match["count"])
@@ -102,7 +116,8 @@ def parse_rate_limits(value: str) -> dict[str, RateLimit]:
             )
         if count <= 0:
             raise ImproperlyConfigured(f"NOTIFICATIONS_RATE_LIMITS: the limit for {channel} must be above zero")
-        limits[channel] = RateLimit(count=count, per_seconds=_UNIT_SECONDS[match["unit"]])
+        name = f"{channel}:{match['account']}" if match["account"] else channel
+        limits[name] = RateLimit(count=count, per_seconds=_UNIT_SECONDS[match["unit"]])
     return limits
 
 

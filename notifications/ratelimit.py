@@ -82,27 +82,29 @@ def _key(channel: str) -> str:
     return cache.make_key(f"ratelimit:{channel}")
 
 
-def reserve_send_slot(channel: str, *, max_wait: float = 1.0) -> Reservation:
-    """Reserve the channel's next send slot; channels without a limit are always free."""
-    limit = get_config().rate_limits.get(channel)
-    if limit is None:
+def reserve_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0) -> Reservation:
+    """Reserve the next send slot of the channel, or of its provider ``account`` when that account
+    has a limit of its own (``sms:ACxxx=5/s``); sends without a limit are always free."""
+    found = get_config().rate_limit(channel, account)
+    if found is None:
         return Reservation(True, 0.0)
+    bucket, limit = found
     interval = 1.0 / limit.per_second
     client = _redis_client()
     if client is None:
-        return _local.reserve(_key(channel), interval, max_wait)
+        return _local.reserve(_key(bucket), interval, max_wait)
     global _script
     with _script_lock:
         if _script is None:
             _script = client.register_script(_RESERVE_SCRIPT)
-    reserved, wait_us = _script(keys=[_key(channel)], args=[int(interval * 1_000_000), int(max_wait * 1_000_000)], client=client)
+    reserved, wait_us = _script(keys=[_key(bucket)], args=[int(interval * 1_000_000), int(max_wait * 1_000_000)], client=client)
     return Reservation(bool(reserved), int(wait_us) / 1_000_000)
 
 
-def wait_for_send_slot(channel: str, *, max_wait: float = 1.0) -> Reservation:
+def wait_for_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0) -> Reservation:
     """Reserve a slot and sleep until it comes; the caller sends right after. Never sleeps past
     ``max_wait``: beyond that it returns an unreserved Reservation saying when to come back."""
-    reservation = reserve_send_slot(channel, max_wait=max_wait)
+    reservation = reserve_send_slot(channel, account=account, max_wait=max_wait)
     if reservation.reserved and reservation.wait_seconds > 0:
         time.sleep(reservation.wait_seconds)
     return reservation

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from . import metrics, tracing
 from .addresses import recipient_address, validate_address
-from .channels import OutgoingMessage, get_provider
+from .channels import OutgoingMessage, get_provider, provider_account
 from .conf import get_config
 from .errors import (
     IdempotencyConflict,
@@ -414,7 +414,7 @@ def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     if notification.next_attempt_at and notification.next_attempt_at > timezone.now() + timedelta(seconds=1):
         # An early duplicate hint; the row's own schedule (and the sweeper) decides when.
         return DeliveryOutcome("skipped")
-    reservation = wait_for_send_slot(notification.channel)
+    reservation = wait_for_send_slot(notification.channel, account=provider_account(notification.channel))
     if not reservation.reserved:
         metrics.record_rate_limited(channel=notification.channel)
         raise SendRateLimited(reservation.wait_seconds)

@@ -8,9 +8,15 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from notifications import services
+from notifications.channels import provider_account
 from notifications.conf import RateLimit, RetryPolicy, get_config, parse_rate_limits, parse_retry_policies
+from notifications.models import Status
 from notifications.ratelimit import reserve_send_slot
 from notifications.services import retry_delay_seconds
+
+from .factories import accept_notification, make_api_client
+from .fakes import TWILIO_SID, FakeProviderServer, override_notifications, provider_server_fixture  # noqa: F401
 
 
 def test_rate_limits_parse_per_second_and_per_minute() -> None:
@@ -18,7 +24,20 @@ def test_rate_limits_parse_per_second_and_per_minute() -> None:
     assert limits["email"] == RateLimit(50, 1) and limits["sms"].per_second == 10 and limits["push"].per_second == 100
 
 
-@pytest.mark.parametrize("value", ["email=50", "email=fast/s", "fax=1/s", "email=0/s", "email=5/d"])
+def test_a_provider_account_may_have_a_limit_of_its_own_beside_the_channels() -> None:
+    limits = parse_rate_limits("sms=10/s,sms:AC123=5/s,push:my-project=2/m")
+    assert limits == {"sms": RateLimit(10, 1), "sms:AC123": RateLimit(5, 1), "push:my-project": RateLimit(2, 60)}
+    with override_notifications(RATE_LIMITS="sms=10/s,sms:AC123=5/s"):
+        config = get_config()
+        assert config.rate_limit("sms", "AC123") == ("sms:AC123", RateLimit(5, 1))
+        assert config.rate_limit("sms", "ACother") == ("sms", RateLimit(10, 1))
+        assert config.rate_limit("sms") == ("sms", RateLimit(10, 1))
+        assert config.rate_limit("push", "AC123") is None
+
+
+@pytest.mark.parametrize(
+    "value", ["email=50", "email=fast/s", "fax=1/s", "email=0/s", "email=5/d", "sms:=5/s", "sms:a:b=5/s", "fax:AC1=1/s"]
+)
 def test_bad_rate_limits_fail_with_the_culprit_named(value: str) -> None:
     with pytest.raises(ImproperlyConfigured, match="NOTIFICATIONS_RATE_LIMITS"):
         parse_rate_limits(value)
@@ -74,3 +93,23 @@ def test_redis_reservations_are_spaced_by_the_limit_across_threads() -> None:
         assert min(gaps) >= 0.03
         refused = reserve_send_slot("sms", max_wait=0.5)
         assert not refused.reserved and refused.wait_seconds > 0.3
+
+
+@pytest.mark.django_db
+def test_deliveries_keep_to_their_provider_accounts_own_limit(provider_server: FakeProviderServer) -> None:
+    client, _ = make_api_client()
+    # The channel allows plenty; the configured Twilio account allows one send a minute.
+    with override_notifications(RATE_LIMITS=f"sms=1000/s,sms:{TWILIO_SID}=1/m"):
+        assert provider_account("sms") == TWILIO_SID
+        first, second = (accept_notification(client, channel="sms", to="+14155550123") for _ in range(2))
+        assert services.notification_deliver(notification_id=first.pk).outcome == "delivered"
+        with pytest.raises(services.SendRateLimited) as limited:
+            services.notification_deliver(notification_id=second.pk)
+        assert limited.value.retry_after > 50
+        second.refresh_from_db()
+        assert (second.status, second.attempt_count) == (Status.ACCEPTED, 0)
+
+        # Sending from another account is not held back by this account's bucket.
+        with override_notifications(RATE_LIMITS="sms=1000/s,sms:ACanother=1/m"):
+            assert services.notification_deliver(notification_id=second.pk).outcome == "delivered"
+    assert [request.reply_status for request in provider_server.requests] == [201, 201]

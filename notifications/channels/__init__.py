@@ -10,7 +10,7 @@ from django.utils.module_loading import import_string
 from ..conf import get_config
 from .base import OutgoingMessage, Provider, SendResult
 
-__all__ = ["OutgoingMessage", "Provider", "SendResult", "get_provider"]
+__all__ = ["OutgoingMessage", "Provider", "SendResult", "get_provider", "provider_account"]
 
 
 @functools.cache
@@ -19,6 +19,15 @@ def get_provider(channel: str) -> Provider:
     provider_class = import_string(path)
     provider: Provider = provider_class()
     return provider
+
+
+def provider_account(channel: str) -> str:
+    """The provider account a channel sends from (for ``channel:account`` rate limits), or "".
+
+    A provider says so with an optional ``account()`` method; one without it has no account.
+    """
+    account = getattr(get_provider(channel), "account", None)
+    return str(account()) if callable(account) else ""
 
 
 def _reset_providers(*, setting: str, **kwargs: object) -> None:

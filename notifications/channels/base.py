@@ -34,6 +34,10 @@ class SendResult:
 
 
 class Provider(Protocol):
-    """Sends one message. Raises only TransientChannelError or PermanentChannelError."""
+    """Sends one message. Raises only TransientChannelError or PermanentChannelError.
+
+    A provider may also have ``account() -> str``, the provider account it sends from, so that
+    ``NOTIFICATIONS_RATE_LIMITS`` can limit that account on its own (``sms:ACxxx=5/s``).
+    """
 
     def send(self, message: OutgoingMessage) -> SendResult: ...

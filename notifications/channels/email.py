@@ -11,6 +11,9 @@ from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientC
 
 
 class DjangoEmailProvider:
+    def account(self) -> str:
+        return str(getattr(settings, "EMAIL_HOST_USER", ""))
+
     def send(self, message: OutgoingMessage) -> SendResult:
         email = EmailMessage(
             subject=message.subject or "(no subject)",

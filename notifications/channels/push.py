@@ -33,6 +33,9 @@ def fcm_data(message: OutgoingMessage) -> dict[str, str]:
 
 
 class FcmPushProvider:
+    def account(self) -> str:
+        return get_config().fcm_project_id
+
     def send(self, message: OutgoingMessage) -> SendResult:
         config = get_config()
         require_settings("push", {"FCM_PROJECT_ID": config.fcm_project_id, "FCM_ACCESS_TOKEN": config.fcm_access_token})

@@ -21,6 +21,9 @@ def describe_twilio_error(status: int, payload: Any, text: str) -> str:
 
 
 class TwilioSmsProvider:
+    def account(self) -> str:
+        return get_config().twilio_account_sid
+
     def send(self, message: OutgoingMessage) -> SendResult:
         config = get_config()
         require_settings(
