@@ -476,6 +476,29 @@ def test_redrive_command_delivers_a_dead_letter_records_who_and_when_and_refuses
     assert "0 retried, 1 skipped" in second.getvalue()
 
 
+def test_a_redriven_dead_letter_gets_the_whole_retry_budget_again(platform: Platform) -> None:
+    client, _ = make_api_client()
+    busy = "451 4.3.0 mailbox busy"
+    platform.smtp.answer_next(busy, busy, busy)
+    platform.worker(RETRY_MAX_ATTEMPTS="3")
+    notification = accept_notification(client, to="judy@example.com")
+    wait_for_status(notification.pk, Status.DEAD, platform=platform)
+    first_letter = DeadLetter.objects.get(notification=notification)
+    assert first_letter.attempts == 3
+
+    # Two more refusals, then accepted: only a budget reset to 3 lets the third try happen.
+    platform.smtp.answer_next(busy, busy)
+    result = services.dead_letter_redrive(dead_letter=first_letter, by=None)
+
+    assert result.done, result.detail
+    notification = wait_for_status(notification.pk, Status.DELIVERED, platform=platform)
+    assert notification.attempt_count == 3
+    assert outcomes(notification) == [AttemptOutcome.TRANSIENT_ERROR] * 5 + [AttemptOutcome.DELIVERED]
+    assert list(notification.attempts.order_by("number").values_list("number", flat=True)) == [1, 2, 3, 4, 5, 6]
+    assert len(platform.smtp.refused) == 5 and len(platform.smtp.mails_for(notification.pk)) == 1
+    assert list(DeadLetter.objects.filter(notification=notification).values_list("pk", flat=True)) == [first_letter.pk]
+
+
 # --- The broker's own guarantees -----------------------------------------------------------------
 
 
