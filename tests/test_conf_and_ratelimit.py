@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -17,6 +19,7 @@ from notifications.services import retry_delay_seconds
 
 from .factories import accept_notification, make_api_client
 from .fakes import TWILIO_SID, FakeProviderServer, override_notifications, provider_server_fixture  # noqa: F401
+from .helpers import ROOT, platform_env
 
 
 def test_rate_limits_parse_per_second_and_per_minute() -> None:
@@ -41,6 +44,41 @@ def test_a_provider_account_may_have_a_limit_of_its_own_beside_the_channels() ->
 def test_bad_rate_limits_fail_with_the_culprit_named(value: str) -> None:
     with pytest.raises(ImproperlyConfigured, match="NOTIFICATIONS_RATE_LIMITS"):
         parse_rate_limits(value)
+
+
+def manage_py_check(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check"],
+        cwd=ROOT,
+        env=platform_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("NOTIFICATIONS_RATE_LIMITS", "email=fast/s", "NOTIFICATIONS_RATE_LIMITS: 'email=fast/s' is not of the form"),
+        ("NOTIFICATIONS_RATE_LIMITS", "fax=1/s", "NOTIFICATIONS_RATE_LIMITS: unknown channel 'fax'"),
+        ("NOTIFICATIONS_RETRY_POLICIES", "sms=2:1:3", "NOTIFICATIONS_RETRY_POLICIES: 'sms=2:1:3' is not"),
+    ],
+)
+def test_an_invalid_limit_or_policy_in_the_environment_fails_manage_py_check_naming_it(
+    variable: str, value: str, said: str
+) -> None:
+    result = manage_py_check(**{variable: value})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: " + said in result.stderr, result.stderr[-2000:]
+
+
+def test_a_valid_per_account_limit_in_the_environment_passes_manage_py_check() -> None:
+    result = manage_py_check(
+        NOTIFICATIONS_RATE_LIMITS="email=50/s,sms=10/s,sms:AC123=5/s", NOTIFICATIONS_RETRY_POLICIES="sms=2:60:3"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "no issues" in result.stdout
 
 
 def test_retry_policies_per_channel_override_the_default() -> None:
