@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import re
 import uuid
 from datetime import timedelta
@@ -724,3 +725,174 @@ def test_retrying_an_event_dead_letter_in_the_admin_republishes_its_raw_body_to_
     assert (dead_letter.resolution, dead_letter.resolved_by) == (Resolution.RETRIED, user)
     [entry] = audit_entries(dead_letter)
     assert entry.get_change_message() == "Retried: republished"
+
+
+# --- Review: refusals by POST, no second enqueue, bounded index, escaping ------------------------
+
+
+def test_support_posts_to_change_and_delete_pages_are_refused_and_change_nothing(support: Client, support_user: Any) -> None:
+    api_client, _ = make_api_client("shop")
+    notification = make_notification(api_client)
+    dead_letter = make_dead_letter(api_client)
+    other = User.objects.create_user("olga", password="olga-pass-1")
+    group = support_group()
+    urls_and_data: list[tuple[str, dict[str, Any]]] = [
+        (f"{NOTIFICATIONS_URL}{notification.pk}/change/", {"message": "edited", "status": "queued"}),
+        (f"{NOTIFICATIONS_URL}{notification.pk}/delete/", {"post": "yes"}),
+        (f"{DLQ_URL}{dead_letter.pk}/change/", {"last_error": "edited", "resolution": "discarded"}),
+        (f"{DLQ_URL}{dead_letter.pk}/delete/", {"post": "yes"}),
+        (f"{DLQ_URL}add/", {"reason": "poison_message"}),
+        (f"/admin/auth/user/{other.pk}/change/", {"username": "olga", "is_superuser": "on", "is_staff": "on"}),
+        (f"/admin/auth/user/{other.pk}/delete/", {"post": "yes"}),
+        (f"/admin/auth/user/{support_user.pk}/change/", {"username": "sam", "is_superuser": "on", "is_staff": "on"}),
+        ("/admin/auth/user/add/", {"username": "eve", "password1": "eve-pass-12345", "password2": "eve-pass-12345"}),
+        (
+            f"/admin/auth/group/{group.pk}/change/",
+            {"name": "support", "permissions": list(Permission.objects.values_list("pk", flat=True))},
+        ),
+        (f"/admin/auth/group/{group.pk}/delete/", {"post": "yes"}),
+        ("/admin/auth/group/add/", {"name": "admins"}),
+        ("/admin/notifications/apiclient/add/", {"name": "sneaky"}),
+        (f"/admin/notifications/apiclient/{api_client.pk}/change/", {"name": "renamed"}),
+        (f"/admin/notifications/apiclient/{api_client.pk}/delete/", {"post": "yes"}),
+    ]
+
+    for url, data in urls_and_data:
+        assert support.post(url, data).status_code == 403, url
+    # The bulk delete action is not offered either: a forged POST of it deletes nothing.
+    support.post(
+        NOTIFICATIONS_URL, {"action": "delete_selected", "_selected_action": [notification.pk], "post": "yes", "index": "0"}
+    )
+    support.post(DLQ_URL, {"action": "delete_selected", "_selected_action": [dead_letter.pk], "post": "yes", "index": "0"})
+
+    notification.refresh_from_db()
+    dead_letter.refresh_from_db()
+    support_user.refresh_from_db()
+    assert (notification.message, notification.status) == ("It shipped.", Status.DELIVERED)
+    assert (dead_letter.last_error, dead_letter.resolution) == ("550 5.1.1 no such user", Resolution.UNRESOLVED)
+    assert User.objects.filter(pk=other.pk).exists() and not User.objects.filter(username="eve").exists()
+    assert not support_user.is_superuser
+    assert set(group.permissions.values_list("codename", flat=True)) == {c for _, c in SUPPORT_MIGRATION.SUPPORT_PERMISSIONS}
+    assert not Group.objects.filter(name="admins").exists()
+    assert sorted(ApiClient.objects.values_list("name", flat=True)) == ["shop"]
+    assert DeadLetter.objects.count() == 1
+
+
+def test_a_second_retry_or_a_retry_of_a_delivered_notification_enqueues_nothing(
+    support_user: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    api_client, _ = make_api_client()
+    dead_letter = make_dead_letter(api_client)
+    delivered = make_dead_letter(api_client, status=Status.DELIVERED)
+    browser = enforcing_csrf(support_user)
+    retry = f"{DLQ_URL}{dead_letter.pk}/retry/?next=list"
+
+    with django_capture_on_commit_callbacks() as first:
+        csrf_post(browser, DLQ_URL, retry)
+    with django_capture_on_commit_callbacks() as second:
+        again = csrf_post(browser, f"{DLQ_URL}{dead_letter.pk}/change/", retry)
+    with django_capture_on_commit_callbacks() as third:
+        refused = csrf_post(browser, DLQ_URL, f"{DLQ_URL}{delivered.pk}/retry/?next=list")
+
+    assert len(first) == 1  # the one enqueue, on commit
+    assert (len(second), len(third)) == (0, 0)
+    assert messages_of(again) == [f"0 retried, 1 skipped: #{dead_letter.pk} skipped (already retried)"]
+    assert "its notification is delivered" in messages_of(refused)[0]
+    notification = Notification.objects.get(pk=dead_letter.notification_id)
+    assert (notification.status, notification.enqueued_at) == (Status.QUEUED, None)
+    assert Notification.objects.get(pk=delivered.notification_id).status == Status.DELIVERED
+    assert len(audit_entries(dead_letter)) == 1 and audit_entries(delivered) == []
+
+
+def test_the_admin_index_health_block_runs_a_bounded_number_of_queries(support: Client) -> None:
+    api_client, _ = make_api_client()
+    make_dead_letter(api_client)
+    few = changelist_queries(support, "/admin/")
+    for status in (Status.DELIVERED, Status.FAILED, Status.DEAD, Status.QUEUED, Status.CANCELLED) * 4:
+        make_notification(api_client, status=status)
+    for _ in range(10):
+        make_dead_letter(api_client)
+
+    with CaptureQueriesContext(connection) as queries:
+        page = support.get("/admin/").content.decode()
+
+    assert len(queries.captured_queries) == few
+    health_queries = [q["sql"] for q in queries.captured_queries if "notifications_" in q["sql"]]
+    assert len(health_queries) == 2, health_queries
+    assert re.search(r'id="unresolved-dead-letters"><strong>11<', page)
+
+
+def test_the_dead_letter_list_query_count_does_not_grow_with_resolved_rows(support: Client, support_user: Any) -> None:
+    api_client, _ = make_api_client()
+    make_dead_letter(api_client, resolution=Resolution.RETRIED, resolved_by=support_user, resolved_at=timezone.now())
+    few = changelist_queries(support, DLQ_URL)
+    for i in range(20):
+        resolver = User.objects.create_user(f"resolver{i}")
+        make_dead_letter(api_client, resolution=Resolution.DISCARDED, resolved_by=resolver, resolved_at=timezone.now())
+        DeadLetter.objects.create(source=DeadLetterSource.EVENT, reason=DeadLetterReason.POISON_MESSAGE, raw_body="{}")
+
+    assert changelist_queries(support, DLQ_URL) == few
+    assert changelist_queries(support, f"{DLQ_URL}?resolved=yes&q=550") == changelist_queries(support, f"{DLQ_URL}?resolved=yes")
+
+
+def test_an_event_dead_letters_script_body_headers_and_error_are_rendered_escaped(support: Client) -> None:
+    script = "<script>alert(1)</script>"
+    as_json = DeadLetter.objects.create(
+        source=DeadLetterSource.EVENT,
+        reason=DeadLetterReason.POISON_MESSAGE,
+        routing_key=f"order.{script}",
+        raw_body=json.dumps({"note": script}),
+        headers={"x-note": script},
+        last_error=f"bad event {script}",
+    )
+    as_text = DeadLetter.objects.create(
+        source=DeadLetterSource.EVENT, reason=DeadLetterReason.POISON_MESSAGE, raw_body=f"not json {script}"
+    )
+
+    pages = [
+        support.get(f"{DLQ_URL}{as_json.pk}/change/").content.decode(),
+        support.get(f"{DLQ_URL}{as_text.pk}/change/").content.decode(),
+        support.get(DLQ_URL).content.decode(),
+    ]
+
+    for page in pages:
+        assert "<script>alert(1)" not in page
+    assert "&quot;note&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;" in pages[0]
+    assert "order.&lt;script&gt;alert(1)&lt;/script&gt;" in pages[0]
+    assert "&quot;x-note&quot;: &quot;&lt;script&gt;" in pages[0]
+    assert "bad event &lt;script&gt;alert(1)&lt;/script&gt;" in pages[0] and "bad event &lt;script&gt;" in pages[2]
+    assert "not json &lt;script&gt;alert(1)&lt;/script&gt;" in pages[1]
+
+
+def test_the_dlq_list_has_an_age_column_ordered_by_when_the_letter_moved(support: Client) -> None:
+    api_client, _ = make_api_client()
+    old = make_dead_letter(api_client)
+    DeadLetter.objects.filter(pk=old.pk).update(moved_at=timezone.now() - timedelta(days=3, hours=2))
+    new = make_dead_letter(api_client)
+
+    response = support.get(DLQ_URL)
+    page = response.content.decode()
+
+    assert "column-age" in page
+    assert "3\xa0days, 2\xa0hours" in page
+    assert [dl.pk for dl in response.context["cl"].result_list] == [new.pk, old.pk]
+
+
+@pytest.mark.parametrize("value", ["0d", "0", "a month", "30x", "-5d", "99999999999999d", "3000000d"])
+def test_purge_refuses_an_age_of_zero_out_of_range_or_unreadable_with_a_command_error(db: None, value: str) -> None:
+    from django.core.management.base import CommandError
+
+    notification = make_notification(make_api_client()[0])
+    Notification.objects.filter(pk=notification.pk).update(created_at=timezone.now() - timedelta(days=1))
+
+    with pytest.raises(CommandError, match="--older-than"):
+        call_command("purge_notifications", "--older-than", value, stdout=io.StringIO())
+
+    assert Notification.objects.filter(pk=notification.pk).exists()
+
+
+def test_purge_refuses_a_batch_size_below_one(db: None) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--batch-size"):
+        call_command("purge_notifications", "--older-than", "30d", "--batch-size", "0", stdout=io.StringIO())

@@ -13,14 +13,23 @@ from notifications.conf import get_config
 
 _AGE_RE = re.compile(r"^\s*(?P<count>\d+)\s*(?P<unit>[dhm]?)\s*$")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "": "days"}
+# Zero would purge every finished row at once, and ages past this overflow the cutoff date; both
+# are typos, so they are refused rather than acted on.
+_MAX_AGE = timedelta(days=36500)
 
 
 def parse_age(value: str) -> timedelta:
-    """``30d``, ``12h``, ``90m`` or a bare number of days."""
+    """``30d``, ``12h``, ``90m`` or a bare number of days; more than zero, at most 36500 days."""
     match = _AGE_RE.match(value)
     if not match:
         raise CommandError(f"--older-than {value!r}: give an age like 30d, 12h or 90m")
-    return timedelta(**{_UNITS[match["unit"]]: int(match["count"])})
+    count = int(match["count"])
+    unit = _UNITS[match["unit"]]
+    if count < 1:
+        raise CommandError(f"--older-than {value!r}: the age must be more than zero")
+    if count > _MAX_AGE / timedelta(**{unit: 1}):
+        raise CommandError(f"--older-than {value!r}: the age must be at most {_MAX_AGE.days}d")
+    return timedelta(**{unit: count})
 
 
 class Command(BaseCommand):
