@@ -160,9 +160,9 @@ def test_429_is_throttled_with_the_retry_after_seconds(channel: str, provider_se
     assert error.extra["http_status"] == 429
 
 
-@pytest.mark.parametrize("status", [500, 503])
+@pytest.mark.parametrize("status", [408, 500, 503])
 @pytest.mark.parametrize("channel", HTTP_CHANNELS)
-def test_5xx_is_transient(channel: str, status: int, provider_server: FakeProviderServer) -> None:
+def test_5xx_and_408_timeout_are_transient(channel: str, status: int, provider_server: FakeProviderServer) -> None:
     provider_server.reply_next(error_reply(channel, status))
     error = send_expecting(TransientChannelError, channel, provider_server)
     assert error.code == "provider_unavailable" and error.extra["http_status"] == status
@@ -353,6 +353,7 @@ def worker_process_env(provider_server: FakeProviderServer, smtp_server: LocalSm
         EMAIL_PORT=str(smtp_server.port),
         WEBHOOK_ALLOW_HOSTS=provider_server.host_port,
         LOG_FORMAT="text",
+        LOG_LEVEL="INFO",
     )
 
 
@@ -396,6 +397,12 @@ def test_each_channel_delivers_end_to_end_through_a_worker_process_and_stores_th
             assert notification.provider_message_id.startswith("wh-")
     assert notification.attempt_count == 1
     assert list(notification.attempts.values_list("outcome", flat=True)) == [AttemptOutcome.DELIVERED]
+    # The INFO log says what happened, never what was sent or what it was sent with.
+    log = worker.output()
+    assert f"delivered notification {notification_id} on {channel}" in log
+    secret = client_and_token[0].webhook_secret
+    for leaked in ("Parcel 42", TWILIO_TOKEN, FCM_TOKEN, secret, "Authorization", "Bearer ", "Basic "):
+        assert leaked not in log, f"{leaked!r} in the worker's log"
 
 
 def test_a_provider_429_waits_its_retry_after_and_does_not_spend_the_retry_budget(
