@@ -40,6 +40,8 @@ from .models import (
 )
 
 RETRY_PERMISSION = "notifications.retry_deadletter"
+# A bulk action's confirmation page lists this many rows and counts the rest.
+CONFIRMATION_LISTED = 100
 
 
 def _pre(text: str) -> str:
@@ -498,14 +500,28 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         return self._confirmation(request, [dead_letter], action="", title="Discard this dead letter?", verb="Discard")
 
     def _confirmation(
-        self, request: HttpRequest, dead_letters: list[DeadLetter], *, action: str, title: str, verb: str
+        self,
+        request: HttpRequest,
+        dead_letters: list[DeadLetter],
+        *,
+        action: str,
+        title: str,
+        verb: str,
+        total: int | None = None,
+        select_across: bool = False,
+        selected_ids: list[int] | None = None,
     ) -> TemplateResponse:
+        total = len(dead_letters) if total is None else total
         context = {
             **self.admin_site.each_context(request),
             "title": title,
             "verb": verb,
             "action": action,
             "dead_letters": dead_letters,
+            "total": total,
+            "not_shown": total - len(dead_letters),
+            "select_across": select_across,
+            "selected_ids": [dl.pk for dl in dead_letters] if selected_ids is None else selected_ids,
             "opts": self.model._meta,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         }
@@ -518,9 +534,23 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         if request.POST.get("confirm") == "yes":
             then(request, queryset.order_by("pk"))
             return None
-        dead_letters = list(queryset.select_related("notification").order_by("pk"))
+        # "Select all N" is carried forward as select_across (the form posts back to the same
+        # filtered URL) rather than as one field per id: past DATA_UPLOAD_MAX_NUMBER_FIELDS ids
+        # Django refuses the POST, and a page listing thousands of rows helps nobody.
+        select_across = request.POST.get("select_across") == "1"
+        # Without select_across the ids are one changelist page's checkboxes (list_max_show_all at most).
+        selected_ids = [] if select_across else list(queryset.order_by("pk").values_list("pk", flat=True))
+        total = queryset.count()
+        dead_letters = list(queryset.select_related("notification").order_by("pk")[:CONFIRMATION_LISTED])
         return self._confirmation(
-            request, dead_letters, action=action, title=f"{verb} {len(dead_letters)} dead letters?", verb=verb
+            request,
+            dead_letters,
+            action=action,
+            title=f"{verb} {total} dead letters?",
+            verb=verb,
+            total=total,
+            select_across=select_across,
+            selected_ids=selected_ids,
         )
 
     @admin.action(description="Retry selected dead letters", permissions=["retry"])

@@ -896,3 +896,57 @@ def test_purge_refuses_a_batch_size_below_one(db: None) -> None:
 
     with pytest.raises(CommandError, match="--batch-size"):
         call_command("purge_notifications", "--older-than", "30d", "--batch-size", "0", stdout=io.StringIO())
+
+
+def test_bulk_retry_of_every_filtered_row_confirms_without_listing_each_id_and_retries_only_those(support_user: Any) -> None:
+    api_client, _ = make_api_client()
+    count = 1010  # more form fields than Django accepts in one POST (DATA_UPLOAD_MAX_NUMBER_FIELDS)
+    notifications = Notification.objects.bulk_create(
+        Notification(client=api_client, user_id="u1", channel="sms", address="+15550100", message="m", status=Status.DEAD)
+        for _ in range(count)
+    )
+    DeadLetter.objects.bulk_create(
+        DeadLetter(notification=n, channel="sms", reason=DeadLetterReason.RETRIES_EXHAUSTED, attempts=5) for n in notifications
+    )
+    email = make_dead_letter(api_client)
+    already = make_dead_letter(api_client, channel="sms", resolution=Resolution.DISCARDED)
+    browser = enforcing_csrf(support_user)
+    listing = f"{DLQ_URL}?channel=sms"
+    page_ids = [dl.pk for dl in browser.get(listing).context["cl"].result_list]
+    selected = {"action": "retry_selected", "select_across": "1", "_selected_action": page_ids, "index": "0"}
+
+    confirmation = csrf_post(browser, listing, listing, selected)
+
+    assert f"Retry these {count + 1} dead letters?".encode() in confirmation.content
+    form = confirmation.content.decode().split('<form method="post"')[-1]
+    hidden = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form))
+    assert hidden.get("select_across") == "1"
+    assert form.count('name="_selected_action"') < 10
+    assert DeadLetter.objects.filter(resolution=Resolution.RETRIED).count() == 0
+
+    done = csrf_post(browser, listing, listing, {**hidden, "confirm": "yes"})
+
+    assert done.status_code == 200
+    assert messages_of(done)[0].startswith(f"{count} retried, 1 skipped: #{already.pk} skipped (already discarded)")
+    assert DeadLetter.objects.filter(resolution=Resolution.RETRIED, resolved_by=support_user).count() == count
+    assert DeadLetter.objects.get(pk=email.pk).resolution == Resolution.UNRESOLVED
+
+
+def test_bulk_retry_of_more_ticked_rows_than_the_confirmation_lists_retries_every_ticked_row(support_user: Any) -> None:
+    api_client, _ = make_api_client()
+    letters = [make_dead_letter(api_client) for _ in range(120)]  # a "Show all" page ticks up to 200
+    untouched = make_dead_letter(api_client)
+    browser = enforcing_csrf(support_user)
+    selected = {"action": "retry_selected", "_selected_action": [dl.pk for dl in letters], "index": "0"}
+
+    confirmation = csrf_post(browser, DLQ_URL, DLQ_URL, selected)
+
+    page = confirmation.content.decode()
+    assert "Retry these 120 dead letters?" in page and "and 20 more" in page
+    form = page.split('<form method="post"')[-1]
+    posted_back = [int(pk) for pk in re.findall(r'name="_selected_action" value="(\d+)"', form)]
+    assert sorted(posted_back) == sorted(dl.pk for dl in letters)
+    done = csrf_post(browser, DLQ_URL, DLQ_URL, {"action": "retry_selected", "_selected_action": posted_back, "confirm": "yes"})
+
+    assert messages_of(done) == ["120 retried, 0 skipped"]
+    assert DeadLetter.objects.get(pk=untouched.pk).resolution == Resolution.UNRESOLVED
