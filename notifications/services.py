@@ -668,16 +668,17 @@ class PurgeReport:
     attempts: int = 0
     dead_letters: int = 0
     idempotency_keys: int = 0
+    processed_events: int = 0
 
 
 def notification_purge(*, older_than: timedelta, batch_size: int = 1000, now: datetime | None = None) -> PurgeReport:
     """Delete finished notifications made before ``now - older_than`` with their attempts and
-    resolved dead letters, and expired idempotency keys, one short transaction per batch so the
-    tables are never locked for long. A notification with an unresolved dead letter is kept, and
-    so is every unresolved dead letter."""
+    resolved dead letters, and expired idempotency keys and event dedup records, one short
+    transaction per batch so the tables are never locked for long. A notification with an
+    unresolved dead letter is kept, and so is every unresolved dead letter."""
     from django.db.models import Exists, OuterRef
 
-    from .models import FINISHED_STATUSES
+    from .models import FINISHED_STATUSES, ProcessedEvent
 
     now = now or timezone.now()
     cutoff = now - older_than
@@ -699,4 +700,8 @@ def notification_purge(*, older_than: timedelta, batch_size: int = 1000, now: da
     expired = IdempotencyKey.objects.filter(expires_at__lt=now)
     while key_ids := list(expired.values_list("pk", flat=True)[:batch_size]):
         report.idempotency_keys += IdempotencyKey.objects.filter(pk__in=key_ids, expires_at__lt=now).delete()[0]
+    # The consumer only replaces an expired dedup record when the same event key comes again.
+    expired_events = ProcessedEvent.objects.filter(expires_at__lt=now)
+    while event_ids := list(expired_events.values_list("pk", flat=True)[:batch_size]):
+        report.processed_events += ProcessedEvent.objects.filter(pk__in=event_ids, expires_at__lt=now).delete()[0]
     return report

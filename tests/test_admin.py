@@ -950,3 +950,31 @@ def test_bulk_retry_of_more_ticked_rows_than_the_confirmation_lists_retries_ever
 
     assert messages_of(done) == ["120 retried, 0 skipped"]
     assert DeadLetter.objects.get(pk=untouched.pk).resolution == Resolution.UNRESOLVED
+
+
+def test_purge_deletes_in_short_batches_and_removes_expired_event_dedup_records(db: None) -> None:
+    from notifications.models import ProcessedEvent
+
+    api_client, _ = make_api_client()
+    now = timezone.now()
+    old = [make_notification(api_client) for _ in range(5)]
+    Notification.objects.filter(pk__in=[n.pk for n in old]).update(created_at=now - timedelta(days=40))
+    for notification in old:
+        DeliveryAttempt.objects.create(notification=notification, number=1, outcome=AttemptOutcome.DELIVERED)
+    expired_event = ProcessedEvent.objects.create(event_key="order-1", notification=old[0], expires_at=now - timedelta(hours=1))
+    live_event = ProcessedEvent.objects.create(event_key="order-2", expires_at=now + timedelta(hours=1))
+    out = io.StringIO()
+
+    with CaptureQueriesContext(connection) as queries:
+        call_command("purge_notifications", "--older-than", "30d", "--batch-size", "2", stdout=out)
+
+    sqls = [q["sql"] for q in queries.captured_queries]
+    notification_deletes = [sql for sql in sqls if sql.startswith('DELETE FROM "notifications_notification"')]
+    assert len(notification_deletes) == 3  # 2 + 2 + 1, never one statement for the whole table
+    assert [sql.count("::uuid") for sql in notification_deletes] == [2, 2, 1]  # bounded IN lists
+    assert len([sql for sql in sqls if sql.startswith("SAVEPOINT")]) == 3  # one transaction per batch
+    assert not [sql for sql in sqls if "LOCK TABLE" in sql.upper()]
+    assert not Notification.objects.filter(pk__in=[n.pk for n in old]).exists()
+    assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == [live_event.pk]
+    assert not ProcessedEvent.objects.filter(pk=expired_event.pk).exists()
+    assert "5 notifications, 5 attempts" in out.getvalue() and "1 expired event dedup records" in out.getvalue()

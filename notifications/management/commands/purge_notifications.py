@@ -1,4 +1,4 @@
-"""Delete old finished notifications, their attempts and expired idempotency keys, in batches."""
+"""Delete old finished notifications, their attempts, expired idempotency keys and event dedup records, in batches."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def parse_age(value: str) -> timedelta:
 class Command(BaseCommand):
     help = (
         "Delete finished notifications older than --older-than (default: RETENTION_DAYS) with their attempts, "
-        "and expired idempotency keys. Unresolved dead letters, and their notifications, are kept."
+        "and expired idempotency keys and event dedup records. Unresolved dead letters, and their notifications, are kept."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -49,6 +49,6 @@ class Command(BaseCommand):
         report = services.notification_purge(older_than=age, batch_size=batch_size)
         self.stdout.write(
             f"deleted {report.notifications} notifications, {report.attempts} attempts, "
-            f"{report.dead_letters} resolved dead letters, {report.idempotency_keys} expired idempotency keys "
-            f"(older than {age})"
+            f"{report.dead_letters} resolved dead letters, {report.idempotency_keys} expired idempotency keys, "
+            f"{report.processed_events} expired event dedup records (older than {age})"
         )
