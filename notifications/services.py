@@ -38,6 +38,7 @@ from .errors import (
     ValidationFailed,
 )
 from .models import (
+    TRANSITIONS,
     ApiClient,
     AttemptOutcome,
     DeadLetter,
@@ -367,21 +368,28 @@ def notification_sweep(*, now: datetime | None = None) -> SweepReport:
         status=Status.SENDING, claimed_at__lt=now - timedelta(seconds=config.sending_timeout_seconds)
     ).values_list("pk", flat=True)[:SWEEP_BATCH]
     for pk in list(stuck):
-        report.recovered += _notification_recover_interrupted(notification_id=pk)
+        report.recovered += _notification_recover_interrupted(
+            notification_id=pk, claimed_before=now - timedelta(seconds=config.sending_timeout_seconds)
+        )
     return report
 
 
-def _notification_recover_interrupted(*, notification_id: Any) -> bool:
+def _notification_recover_interrupted(*, notification_id: Any, claimed_before: datetime) -> bool:
     """A send whose worker vanished: record the attempt as interrupted and try again."""
     error = TransientChannelError("the worker stopped before the send finished (recovered by the sweeper)")
     with transaction.atomic():
-        notification = Notification.objects.select_for_update().filter(pk=notification_id, status=Status.SENDING).first()
-        if notification is None:
+        # claimed_at again under the lock: the send may have ended and been claimed afresh since the scan.
+        notification = (
+            Notification.objects.select_for_update()
+            .filter(pk=notification_id, status=Status.SENDING, claimed_at__lt=claimed_before)
+            .first()
+        )
+        if notification is None or notification.claimed_at is None:
             return False
         attempt = notification.attempts.filter(outcome=AttemptOutcome.IN_PROGRESS).order_by("-number").first()
         if attempt is not None:
             _attempt_finish(attempt, AttemptOutcome.INTERRUPTED, error=error)
-        _schedule_retry_or_dead_letter(notification, error)
+        _schedule_retry_or_dead_letter(notification, error, claimed_at=notification.claimed_at)
     return True
 
 
@@ -443,6 +451,18 @@ def _notification_claim(notification: Notification) -> DeliveryAttempt | None:
         return DeliveryAttempt.objects.create(notification=notification, number=number, started_at=now)
 
 
+def _claim_finish(notification_id: Any, *, claimed_at: datetime, to: str, **fields: Any) -> bool:
+    """End a claim: move the notification out of ``sending`` only while it is still the claim made
+    at ``claimed_at``. A send that ends after the sweeper recovered it (and maybe another worker
+    claimed it again) must not overwrite what they did; True if this claim was still current."""
+    if to not in TRANSITIONS[Status.SENDING]:
+        raise InvalidTransition(f"{Status.SENDING} -> {to} is not a transition the platform makes")
+    updated = Notification.objects.filter(pk=notification_id, status=Status.SENDING, claimed_at=claimed_at).update(
+        status=to, updated_at=timezone.now(), **fields
+    )
+    return updated == 1
+
+
 def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> DeliveryOutcome:
     message = OutgoingMessage(
         notification_id=str(notification.pk),
@@ -474,9 +494,10 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
     now = timezone.now()
     with transaction.atomic():
         _attempt_finish(attempt, AttemptOutcome.DELIVERED, started=started, response=result.response_summary)
-        Notification.transition(
+        _claim_finish(
             notification.pk,
-            Status.DELIVERED,
+            claimed_at=attempt.started_at,
+            to=Status.DELIVERED,
             delivered_at=now,
             provider_message_id=result.provider_message_id[:255],
             last_error="",
@@ -514,7 +535,7 @@ def _record_permanent_failure(
 ) -> DeliveryOutcome:
     with transaction.atomic():
         _attempt_finish(attempt, AttemptOutcome.PERMANENT_ERROR, error=exc, started=started)
-        if Notification.transition(notification.pk, Status.FAILED, last_error=str(exc)[:4000]):
+        if _claim_finish(notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000]):
             notification.refresh_from_db()
             _dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
     logger.warning(
@@ -534,18 +555,20 @@ def _record_transient_failure(
             # The provider's 429 is a rate limit, not a failure: wait as long as it asks and do
             # not spend the retry budget on it.
             retry_after = exc.retry_after if isinstance(exc, TransientChannelError) and exc.retry_after else 1.0
-            Notification.transition(
+            won = _claim_finish(
                 notification.pk,
-                Status.RETRYING,
+                claimed_at=attempt.started_at,
+                to=Status.RETRYING,
                 attempt_count=F("attempt_count") - 1,
                 next_attempt_at=timezone.now() + timedelta(seconds=retry_after),
                 enqueued_at=None,
                 last_error=str(exc)[:4000],
             )
-            metrics.record_rate_limited(channel=notification.channel)
-            outcome = "retrying"
+            if won:
+                metrics.record_rate_limited(channel=notification.channel)
+            outcome = "retrying" if won else "skipped"
         else:
-            outcome = _schedule_retry_or_dead_letter(notification, exc)
+            outcome = _schedule_retry_or_dead_letter(notification, exc, claimed_at=attempt.started_at)
     if outcome == "retrying":
         notification_enqueue(notification_id=notification.pk)
     return DeliveryOutcome(outcome, attempt.number)
@@ -560,14 +583,16 @@ def retry_delay_seconds(*, channel: str, attempt_number: int, retry_after: float
     return max(delay, retry_after or 0.0)
 
 
-def _schedule_retry_or_dead_letter(notification: Notification, exc: BaseException) -> str:
-    """After a failed try (status sending): retry later, or dead-letter when the budget is spent."""
+def _schedule_retry_or_dead_letter(notification: Notification, exc: BaseException, *, claimed_at: datetime) -> str:
+    """After a failed try of the claim made at ``claimed_at``: retry later, or dead-letter when the
+    budget is spent; "skipped" when that claim is no longer current (see _claim_finish)."""
     policy = get_config().retry_policy(notification.channel)
     if notification.attempt_count >= policy.max_attempts:
-        if Notification.transition(notification.pk, Status.DEAD, last_error=str(exc)[:4000]):
-            notification.refresh_from_db()
-            _dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
-            metrics.record_dead(channel=notification.channel)
+        if not _claim_finish(notification.pk, claimed_at=claimed_at, to=Status.DEAD, last_error=str(exc)[:4000]):
+            return "skipped"
+        notification.refresh_from_db()
+        _dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
+        metrics.record_dead(channel=notification.channel)
         logger.warning(
             "notification %s is dead after %d attempts",
             notification.pk,
@@ -577,13 +602,15 @@ def _schedule_retry_or_dead_letter(notification: Notification, exc: BaseExceptio
         return "dead"
     retry_after = exc.retry_after if isinstance(exc, TransientChannelError) else None
     delay = retry_delay_seconds(channel=notification.channel, attempt_number=notification.attempt_count, retry_after=retry_after)
-    Notification.transition(
+    if not _claim_finish(
         notification.pk,
-        Status.RETRYING,
+        claimed_at=claimed_at,
+        to=Status.RETRYING,
         next_attempt_at=timezone.now() + timedelta(seconds=delay),
         enqueued_at=None,
         last_error=str(exc)[:4000],
-    )
+    ):
+        return "skipped"
     metrics.record_retry(channel=notification.channel, reason=getattr(exc, "code", "unexpected"))
     return "retrying"
 
