@@ -326,6 +326,18 @@ def test_email_to_a_refused_recipient_is_permanent(smtp_server: LocalSmtpServer,
     assert smtp_server.received == []
 
 
+def test_email_to_a_recipient_refused_for_now_with_4xx_is_transient(
+    smtp_server: LocalSmtpServer, provider_server: FakeProviderServer
+) -> None:
+    async def greylist(server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]) -> str:
+        return "450 4.2.0 greylisted, try again later"
+
+    smtp_server.handler.handle_RCPT = greylist  # type: ignore[method-assign]
+    with pytest.raises(TransientChannelError, match="450"):
+        send("email", provider_server, address="later@example.com")
+    assert smtp_server.received == []
+
+
 # --- End to end: API -> RabbitMQ -> worker -> provider -----------------------------------------
 
 

@@ -30,7 +30,10 @@ class DjangoEmailProvider:
             with get_connection(fail_silently=False) as connection:
                 sent = connection.send_messages([email])
         except smtplib.SMTPRecipientsRefused as exc:
-            raise PermanentChannelError(f"recipient refused: {exc.recipients}") from exc
+            # A 4xx refusal (greylisting, a full mailbox, too many recipients now) may pass later.
+            if all(500 <= code < 600 for code, _ in exc.recipients.values()):
+                raise PermanentChannelError(f"recipient refused: {exc.recipients}") from exc
+            raise TransientChannelError(f"recipient refused for now: {exc.recipients}") from exc
         except smtplib.SMTPResponseException as exc:
             if 500 <= exc.smtp_code < 600:
                 raise PermanentChannelError(f"SMTP {exc.smtp_code}: {exc.smtp_error!r}") from exc
