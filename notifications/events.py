@@ -54,6 +54,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import services
+from .addresses import validate_address
 from .conf import CHANNELS, EventsConfig, get_config
 from .errors import NotificationError
 from .metrics import record_event_processed
@@ -158,7 +159,12 @@ def event_publish(
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:  # an integer too big for a float overflows instead of being "not finite"
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _is_id(value: Any) -> bool:
@@ -168,9 +174,17 @@ def _is_id(value: Any) -> bool:
 def decode_order_created(body: bytes) -> OrderCreated:
     """Parse and validate an ``order.created`` body; MalformedEvent says what is wrong."""
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # Strictly UTF-8 (RFC 8259): json.loads on bytes would also guess UTF-16 and UTF-32.
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedEvent(f"body is not UTF-8: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise MalformedEvent(f"body is not JSON: {exc}") from None
+    except (RecursionError, ValueError) as exc:
+        # Nesting too deep (or an integer literal too long): the same every time, so not transient.
+        raise MalformedEvent(f"body is not usable JSON: {type(exc).__name__}") from None
     if not isinstance(data, dict):
         raise MalformedEvent("body is not a JSON object")
     problems = []
@@ -196,6 +210,11 @@ def decode_order_created(body: bytes) -> OrderCreated:
         problems.append(f"channel must be one of {', '.join(CHANNELS)}")
     elif email and channel != "email":
         problems.append("email is given but channel is not email")
+    elif isinstance(email, str) and email:
+        try:
+            validate_address("email", email, field="email")
+        except NotificationError as exc:
+            problems.append(exc.message)
     if problems:
         raise MalformedEvent("; ".join(problems))
     return OrderCreated(
@@ -318,14 +337,21 @@ def _event_key_of(body: bytes) -> str:
 # --- Dead letters --------------------------------------------------------------------------------
 
 
+def _text_safe(text: str) -> str:
+    # PostgreSQL text and jsonb cannot hold NUL, which a UTF-16 body is full of.
+    return text.replace("\x00", "\ufffd")
+
+
 def json_safe(value: Any) -> Any:
     """AMQP header values (bytes, timestamps, decimals, nested tables) as JSON."""
     if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
+        return {_text_safe(str(k)): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+        value = value.decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        return _text_safe(value)
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
@@ -352,9 +378,9 @@ def dead_letter_ingest(*, body: bytes, routing_key: str, headers: dict[str, Any]
     return DeadLetter.objects.create(
         source=DeadLetterSource.EVENT,
         reason=reason,
-        last_error=error[:4000],
+        last_error=_text_safe(error[:4000]),
         attempts=int(headers.get("x-delivery-count") or death.get("count") or 1),
-        raw_body=body.decode("utf-8", errors="replace"),
+        raw_body=_text_safe(body.decode("utf-8", errors="replace")),
         routing_key=str(original_key)[:255],
         headers=json_safe(headers),
     )

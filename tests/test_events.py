@@ -151,11 +151,62 @@ def consumer_thread() -> Iterator[events.EventConsumer]:
         (json.dumps(order(amount=True)).encode(), "amount must be a number"),
         (json.dumps(order(order_id=None)).encode(), "order_id must be"),
         (json.dumps(order(channel="pigeon")).encode(), "channel must be one of"),
+        (json.dumps(order(channel=["email"])).encode(), "channel must be one of"),
+        (b"", "not JSON"),
+        (b'"just a string"', "not a JSON object"),
+        (b"null", "not a JSON object"),
+        (json.dumps(order(amount=None)).encode(), "amount must be a number"),
+        (json.dumps(order(amount=[1])).encode(), "amount must be a number"),
+        (json.dumps(order(amount=float("nan"))).encode(), "amount must be a number"),
+        (json.dumps(order(amount=float("inf"))).encode(), "amount must be a number"),
+        (json.dumps(order(amount=-float("inf"))).encode(), "amount must be a number"),
+        (json.dumps(order(amount=10**400)).encode(), "amount must be a number"),
+        (json.dumps({k: v for k, v in order().items() if k != "amount"}).encode(), "amount is missing"),
+        (json.dumps(order(order_id=True)).encode(), "order_id must be"),
+        (json.dumps(order(order_id=42.5)).encode(), "order_id must be"),
+        (json.dumps(order(order_id="  ")).encode(), "order_id must be"),
+        (json.dumps(order(project_id={"id": 7})).encode(), "project_id must be"),
+        (json.dumps({k: v for k, v in order().items() if k != "project_id"}).encode(), "project_id is missing"),
+        (json.dumps(order(description=3)).encode(), "description must be a string"),
+        (json.dumps(order(user_id=" ")).encode(), "user_id must be a non-empty string"),
+        (json.dumps(order(email="not-an-address")).encode(), "not a valid email address"),
+        (json.dumps(order(email=5)).encode(), "email must be a string"),
+        (json.dumps(order(email="a@example.com", channel="sms")).encode(), "channel is not email"),
+        (json.dumps(order()).encode("utf-16"), "not UTF-8"),
+        (json.dumps(order(description="café"), ensure_ascii=False).encode("latin-1"), "not UTF-8"),
+        (b"[" * 100_000, "not usable JSON"),
+        (b'{"order_id": ' + b"9" * 5000 + b"}", "not usable JSON"),
     ],
 )
 def test_malformed_bodies_are_rejected_with_the_reason(body: bytes, reason: str) -> None:
     with pytest.raises(events.MalformedEvent, match=reason):
         events.decode_order_created(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps(order(amount="19.99")).encode(),
+        json.dumps(order(amount=float("nan"))).encode(),
+        json.dumps(order(email="not-an-address")).encode(),
+        json.dumps(order()).encode("utf-16"),
+        b"[" * 100_000,
+    ],
+    ids=["string-amount", "nan-amount", "bad-email", "utf-16", "deep-nesting"],
+)
+def test_a_malformed_event_is_failed_without_a_claim_or_a_notification(body: bytes) -> None:
+    # failed is what the consumer nacks without requeue, i.e. to the DLQ; a bug-like exception
+    # here would be failed_transient instead and loop until the redelivery limit.
+    result = events.event_process(body=body, routing_key="order.created", headers={})
+    assert result.status == "failed", result
+    assert not ProcessedEvent.objects.exists()
+    assert not Notification.objects.exists()
+    # The DLQ consumer re-validates the body to find the reason; it must not raise either.
+    # PostgreSQL refuses NUL in text and jsonb; a UTF-16 body and AMQP headers can carry it.
+    dead_letter = events.dead_letter_ingest(body=body, routing_key="order.created", headers={"x-note": b"a\x00b"})
+    assert dead_letter.reason == DeadLetterReason.POISON_MESSAGE
+    assert "\x00" not in dead_letter.raw_body
+    assert dead_letter.headers == {"x-note": "a\ufffdb"}
 
 
 def test_the_message_is_rendered_from_the_template() -> None:
