@@ -349,7 +349,8 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         error = obj.last_error.strip().splitlines()[0] if obj.last_error.strip() else ""
         return error[:120] + ("…" if len(error) > 120 else "")
 
-    @admin.display(description="age", ordering="moved_at")
+    # Ascending age is newest first: the reverse of moved_at.
+    @admin.display(description="age", ordering="-moved_at")
     def age(self, obj: DeadLetter) -> str:
         return timesince(obj.moved_at, timezone.now())
 

@@ -978,3 +978,17 @@ def test_purge_deletes_in_short_batches_and_removes_expired_event_dedup_records(
     assert list(ProcessedEvent.objects.values_list("pk", flat=True)) == [live_event.pk]
     assert not ProcessedEvent.objects.filter(pk=expired_event.pk).exists()
     assert "5 notifications, 5 attempts" in out.getvalue() and "1 expired event dedup records" in out.getvalue()
+
+
+def test_sorting_the_dlq_by_age_puts_the_youngest_first_and_reversed_the_oldest(support: Client) -> None:
+    api_client, _ = make_api_client()
+    oldest, middle, youngest = (make_dead_letter(api_client) for _ in range(3))
+    for dead_letter, days in ((oldest, 5), (middle, 2), (youngest, 0)):
+        DeadLetter.objects.filter(pk=dead_letter.pk).update(moved_at=timezone.now() - timedelta(days=days, minutes=1))
+    column = support.get(DLQ_URL).context["cl"].list_display.index("age")
+
+    def ids(order: str) -> list[int]:
+        return [dl.pk for dl in support.get(DLQ_URL, {"o": order}).context["cl"].result_list]
+
+    assert ids(str(column)) == [youngest.pk, middle.pk, oldest.pk]
+    assert ids(f"-{column}") == [oldest.pk, middle.pk, youngest.pk]
