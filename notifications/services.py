@@ -538,8 +538,14 @@ def _record_permanent_failure(
         if _claim_finish(notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000]):
             notification.refresh_from_db()
             _dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
+    # The code, not the provider's words: those can quote the recipient or echo the message, and
+    # they are kept on the DeliveryAttempt for support staff.
     logger.warning(
-        "notification %s failed permanently: %s", notification.pk, exc, extra={"notification_id": str(notification.pk)}
+        "notification %s failed permanently (%s, HTTP %s)",
+        notification.pk,
+        exc.code,
+        exc.extra.get("http_status", "-"),
+        extra={"notification_id": str(notification.pk)},
     )
     return DeliveryOutcome("failed", attempt.number)
 

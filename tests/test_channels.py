@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from notifications import services
 from notifications.channels import OutgoingMessage, SendResult, get_provider
 from notifications.channels.http import retry_after_seconds
 from notifications.errors import PermanentChannelError, TransientChannelError
 from notifications.models import ApiClient, AttemptOutcome, DeliveryAttempt, Notification, Status
 
+from .factories import accept_notification, make_api_client
 from .fakes import (  # noqa: F401  (fixtures)
     FCM_PROJECT,
     FCM_TOKEN,
@@ -336,6 +338,21 @@ def test_email_to_a_recipient_refused_for_now_with_4xx_is_transient(
     with pytest.raises(TransientChannelError, match="450"):
         send("email", provider_server, address="later@example.com")
     assert smtp_server.received == []
+
+
+@pytest.mark.django_db
+def test_a_permanent_failure_is_logged_by_its_code_not_the_receivers_echo_of_the_message(
+    provider_server: FakeProviderServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, _ = make_api_client()
+    notification = accept_notification(client, channel="webhook", to=provider_server.url("/hook"), message="secret plans")
+    provider_server.reply_next(Reply(400, {"error": "bad payload", "echo": {"message": "secret plans"}}))
+    with override_notifications(WEBHOOK_ALLOW_HOSTS=[provider_server.host_port]), caplog.at_level("INFO"):
+        assert services.notification_deliver(notification_id=notification.pk).outcome == "failed"
+
+    assert f"notification {notification.pk} failed permanently (rejected, HTTP 400)" in caplog.text
+    assert "secret plans" not in caplog.text
+    assert "secret plans" in DeliveryAttempt.objects.get(notification=notification).error_message
 
 
 # --- End to end: API -> RabbitMQ -> worker -> provider -----------------------------------------
