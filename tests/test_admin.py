@@ -992,3 +992,27 @@ def test_sorting_the_dlq_by_age_puts_the_youngest_first_and_reversed_the_oldest(
 
     assert ids(str(column)) == [youngest.pk, middle.pk, oldest.pk]
     assert ids(f"-{column}") == [oldest.pk, middle.pk, youngest.pk]
+
+
+def test_bulk_cancel_logs_each_cancel_with_the_user_and_an_outsider_cannot_cancel(support_user: Any, outsider: Client) -> None:
+    api_client, _ = make_api_client()
+    pending = [make_notification(api_client, status=Status.ACCEPTED) for _ in range(2)]
+    delivered = make_notification(api_client, status=Status.DELIVERED)
+    guarded = make_notification(api_client, status=Status.QUEUED)
+
+    assert outsider.post(f"{NOTIFICATIONS_URL}{guarded.pk}/cancel/").status_code == 403
+    outsider.post(NOTIFICATIONS_URL, {"action": "cancel_selected", "_selected_action": [guarded.pk], "index": "0"})
+    assert Notification.objects.get(pk=guarded.pk).status == Status.QUEUED
+
+    browser = enforcing_csrf(support_user)
+    selected = [n.pk for n in (*pending, delivered)]
+    done = csrf_post(
+        browser, NOTIFICATIONS_URL, NOTIFICATIONS_URL, {"action": "cancel_selected", "_selected_action": selected, "index": "0"}
+    )
+
+    assert messages_of(done) == ["2 cancelled, 1 skipped"]
+    for notification in pending:
+        assert Notification.objects.get(pk=notification.pk).status == Status.CANCELLED
+        [entry] = audit_entries(notification)
+        assert (entry.user, entry.action_flag, entry.get_change_message()) == (support_user, CHANGE, "Cancelled")
+    assert audit_entries(delivered) == [] and audit_entries(guarded) == []
