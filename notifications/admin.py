@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -23,6 +24,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
@@ -488,8 +490,21 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         dead_letter = get_object_or_404(DeadLetter, pk=object_id)
         self._retry(request, [dead_letter])
         if request.GET.get("next") == "list":
-            return HttpResponseRedirect(reverse("admin:notifications_deadletter_changelist"))
+            return HttpResponseRedirect(self._changelist_clicked_from(request))
         return HttpResponseRedirect(reverse("admin:notifications_deadletter_change", args=[dead_letter.pk]))
+
+    def _changelist_clicked_from(self, request: HttpRequest) -> str:
+        """The DLQ list with the filters, search and page the row's Retry was clicked on."""
+        changelist = reverse("admin:notifications_deadletter_changelist")
+        referer = request.META.get("HTTP_REFERER", "")
+        came_from = urlsplit(referer)
+        if (
+            came_from.path == changelist
+            and came_from.query
+            and url_has_allowed_host_and_scheme(referer, allowed_hosts={request.get_host()}, require_https=request.is_secure())
+        ):
+            return f"{changelist}?{came_from.query}"
+        return changelist
 
     def discard_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         if not self.has_retry_permission(request):

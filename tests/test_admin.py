@@ -1016,3 +1016,25 @@ def test_bulk_cancel_logs_each_cancel_with_the_user_and_an_outsider_cannot_cance
         [entry] = audit_entries(notification)
         assert (entry.user, entry.action_flag, entry.get_change_message()) == (support_user, CHANGE, "Cancelled")
     assert audit_entries(delivered) == [] and audit_entries(guarded) == []
+
+
+def test_a_row_retry_returns_to_the_filtered_list_it_was_clicked_on_and_never_to_another_site(support_user: Any) -> None:
+    api_client, _ = make_api_client()
+    first, second = make_dead_letter(api_client, channel="sms"), make_dead_letter(api_client, channel="sms")
+    browser = enforcing_csrf(support_user)
+    listing = f"http://testserver{DLQ_URL}?channel=sms&resolved=no"
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', browser.get(listing).content)
+    assert token is not None
+
+    def retry(dead_letter: DeadLetter, referer: str) -> str:
+        response = browser.post(
+            f"{DLQ_URL}{dead_letter.pk}/retry/?next=list",
+            {"csrfmiddlewaretoken": token.group(1).decode()},
+            headers={"referer": referer},
+        )
+        assert response.status_code == 302
+        return response["Location"]
+
+    assert retry(first, listing) == f"{DLQ_URL}?channel=sms&resolved=no"
+    assert retry(second, "https://evil.example.com/admin/notifications/deadletter/?x=1") == DLQ_URL
+    assert DeadLetter.objects.filter(resolution=Resolution.RETRIED).count() == 2
