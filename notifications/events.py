@@ -13,9 +13,10 @@ How a message ends (each counted in ``notifications_processed{status}``):
   ``EVENTS_MAX_REDELIVERIES`` times.
 - ``failed_transient``: PostgreSQL or Redis unavailable; wait (keeping the connection's
   heartbeats going), then ``basic_nack(requeue=True)``. Classic queues only say ``redelivered``,
-  so the consumer counts its own requeues per event key in memory (quorum queues give
-  ``x-delivery-count``, which is used when present). An in-memory count is what still works while
-  the database and Redis are the things that are down; a restart only resets the bound.
+  so the consumer counts its own requeues per event key (:class:`RedeliveryCounter`): in the
+  cache (Redis ``INCR``, expiring with the dedup TTL), so the bound holds across consumer restarts
+  and between consumers, and in memory, which is what still counts while Redis is the thing that
+  is down. Quorum queues give ``x-delivery-count``, which is used when present.
 
 Dead letters become :class:`DeadLetter` rows (``source=event``) by *consuming*
 ``notifications.dlq``, not by writing a row at nack time: the nack then never depends on the
@@ -45,6 +46,7 @@ from typing import Any
 import pika
 import pika.exceptions
 from django.conf import settings
+from django.core.cache import cache
 from django.db import IntegrityError, InterfaceError, OperationalError, close_old_connections, connection, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -334,6 +336,37 @@ def _event_key_of(body: bytes) -> str:
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
+class RedeliveryCounter:
+    """Transient failures per event key, in the cache and in memory (the larger count wins)."""
+
+    def __init__(self, *, ttl_seconds: int) -> None:
+        self.ttl_seconds = ttl_seconds
+        self._local: dict[str, int] = {}
+
+    @staticmethod
+    def _cache_key(event_key: str) -> str:
+        # Hashed: event keys come from message bodies, cache keys must be short and plain.
+        return "events:transient:" + hashlib.sha256(event_key.encode()).hexdigest()
+
+    def increment(self, event_key: str) -> int:
+        count = self._local.get(event_key, 0) + 1
+        cache_key = self._cache_key(event_key)
+        try:
+            cache.add(cache_key, 0, timeout=self.ttl_seconds)
+            count = max(count, int(cache.incr(cache_key)))
+        except Exception as exc:  # Redis down (or the key expired between add and incr)
+            logger.warning("cannot count redeliveries in the cache (%s); counting in memory", type(exc).__name__)
+        self._local[event_key] = count
+        return count
+
+    def forget(self, event_key: str, *, redelivered: bool = True) -> None:
+        counted = self._local.pop(event_key, None) is not None
+        # A first delivery counted nowhere; skipping it spares Redis a DELETE per event.
+        if counted or redelivered:
+            with contextlib.suppress(Exception):
+                cache.delete(self._cache_key(event_key))
+
+
 # --- Dead letters --------------------------------------------------------------------------------
 
 
@@ -436,7 +469,7 @@ class EventConsumer:
         self.on_connected = on_connected
         self._stop = threading.Event()
         self._connection: pika.BlockingConnection | None = None
-        self._transient_counts: dict[str, int] = {}
+        self.redeliveries = RedeliveryCounter(ttl_seconds=self.config.dedup_ttl_seconds)
 
     def stop(self) -> None:
         self._stop.set()
@@ -516,7 +549,7 @@ class EventConsumer:
         extra = {"event_key": result.event_key, "outcome": result.status}
         if result.status in ("success", "duplicate"):
             channel.basic_ack(tag)
-            self._transient_counts.pop(result.event_key, None)
+            self.redeliveries.forget(result.event_key, redelivered=bool(method.redelivered))
             record_event_processed(status=result.status, seconds=time.monotonic() - started)
             logger.info("event %s: %s %s", result.event_key, result.status, result.notification_id, extra=extra)
             return
@@ -530,17 +563,16 @@ class EventConsumer:
         with contextlib.suppress(Exception):
             connection.close()
         key = result.event_key or _event_key_of(body)
-        count = self._transient_counts.get(key, 0) + 1
+        count = self.redeliveries.increment(key)
         delivery_count = headers.get("x-delivery-count")
         if isinstance(delivery_count, int):
             count = max(count, delivery_count + 1)
         if count > self.config.max_redeliveries:
-            self._transient_counts.pop(key, None)
+            self.redeliveries.forget(key)
             channel.basic_nack(tag, requeue=False)
             record_event_processed(status="failed_transient", seconds=time.monotonic() - started)
             logger.error("event %s failed transiently %d times (%s); sent to the DLQ", key, count, result.reason, extra=extra)
             return
-        self._transient_counts[key] = count
         delay = min(self.config.transient_retry_seconds * count, 30.0)
         logger.warning("event %s: transient failure %d (%s); requeued in %.1fs", key, count, result.reason, delay, extra=extra)
         self._wait(channel.connection, delay)

@@ -342,6 +342,39 @@ def test_an_event_requeued_more_than_the_limit_goes_to_the_dlq_and_is_recorded_w
     assert Notification.objects.count() == 0
 
 
+def test_the_redelivery_limit_holds_across_a_consumer_restart(recipient: None) -> None:
+    # Classic queues say only "redelivered": the count of transient failures must outlive the process.
+    with database_refusing_connections():
+        # Long waits between tries in the first: it is stopped in the wait after its second.
+        with start_consumer(EVENTS_MAX_REDELIVERIES="3", EVENTS_TRANSIENT_RETRY_SECONDS="5") as first:
+            publish(order(54))
+            wait_until(lambda: "transient failure 2 " in first.output(), timeout=20, message="two transient failures")
+        assert first.process.returncode == 0, first.output()
+        with start_consumer(EVENTS_MAX_REDELIVERIES="3", EVENTS_TRANSIENT_RETRY_SECONDS="0.2") as second:
+            wait_until(lambda: "sent to the DLQ" in second.output(), timeout=20, message="dead-lettered after the restart")
+            wait_until(lambda: queue_depth(get_config().events.queue) == 0, timeout=10)
+    assert "transient failure 1 " not in second.output(), second.output()
+    assert "failed transiently 4 times" in second.output()
+    assert queue_depth(get_config().events.queue) == 0
+
+
+def test_redeliveries_are_counted_in_memory_while_redis_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    durable = events.RedeliveryCounter(ttl_seconds=60)
+    assert [durable.increment("order.created:55") for _ in range(2)] == [1, 2]
+    # A new counter (a restarted consumer) goes on from the cache's count...
+    assert events.RedeliveryCounter(ttl_seconds=60).increment("order.created:55") == 3
+
+    def redis_down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(events.cache, "incr", redis_down)
+    # ...and with the cache away, from its own memory, never back from 1.
+    assert [durable.increment("order.created:55") for _ in range(2)] == [3, 4]
+    monkeypatch.undo()
+    durable.forget("order.created:55")
+    assert events.RedeliveryCounter(ttl_seconds=60).increment("order.created:55") == 1
+
+
 def test_the_consumer_reconnects_after_the_broker_drops_its_connection(recipient: None) -> None:
     vhost = pika.URLParameters(settings.BROKER_URL).virtual_host
     with start_consumer() as consumer:
