@@ -1,6 +1,6 @@
 """The RabbitMQ consumer of domain events: topology, decode, dedup, ack/nack, dead letters.
 
-How a message ends (each counted in ``notifications_processed{status}``):
+How a message ends (each counted in ``notifications_processed_total{status}``):
 
 - ``success``: a new notification, made by :func:`services.notification_accept` exactly as the API
   makes one; ack.
@@ -30,6 +30,7 @@ validation error). A crash between that commit and the ack can record one messag
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import decimal
 import hashlib
@@ -100,6 +101,7 @@ class ProcessResult:
     event_key: str = ""
     notification_id: str = ""
     reason: str = ""
+    trace_id: str = ""  # of the notification.process span, for the log line written after it
 
 
 # --- Topology ------------------------------------------------------------------------------------
@@ -286,7 +288,8 @@ def event_process(*, body: bytes, routing_key: str, headers: dict[str, Any] | No
             span.set_attribute("notification.event_key", result.event_key)
         if result.notification_id:
             span.set_attribute("notification.id", result.notification_id)
-    return result
+    span_context = span.get_span_context()
+    return dataclasses.replace(result, trace_id=format(span_context.trace_id, "032x") if span_context.is_valid else "")
 
 
 def _process(*, body: bytes, routing_key: str) -> ProcessResult:
@@ -546,7 +549,12 @@ class EventConsumer:
         headers = dict(properties.headers or {})
         result = event_process(body=body, routing_key=method.routing_key, headers=headers)
         tag = method.delivery_tag
+        # Logged after the span has ended, so its trace id is given here (the name JSON lines use).
         extra = {"event_key": result.event_key, "outcome": result.status}
+        if result.trace_id:
+            extra["otelTraceID"] = result.trace_id
+        if result.notification_id:
+            extra["notification_id"] = result.notification_id
         if result.status in ("success", "duplicate"):
             channel.basic_ack(tag)
             self.redeliveries.forget(result.event_key, redelivered=bool(method.redelivered))

@@ -512,3 +512,23 @@ def test_a_broker_unreachable_at_start_is_retried_with_growing_delays_then_sigte
         assert consumer.process.wait(timeout=20) == 0, consumer.output()
     delays = [float(d) for d in re.findall(r"retrying in ([0-9.]+)s", consumer.output())]
     assert delays[1] > delays[0] and delays[3] > delays[1], delays
+
+
+def test_the_consumer_process_logs_json_lines_with_the_trace_and_notification_ids(recipient: None) -> None:
+    with start_consumer(LOG_FORMAT="json") as consumer:
+        publish(order(56, description="a private order description"), headers={"traceparent": TRACEPARENT})
+        notification = wait_until(lambda: Notification.objects.filter(metadata__order_id=56).first(), timeout=20)
+
+        def success_line() -> dict[str, Any] | None:
+            lines = [json.loads(text) for text in consumer.output().splitlines() if text.startswith("{")]
+            found = [line for line in lines if line.get("outcome") == "success"]
+            return found[0] if found else None
+
+        line = wait_until(success_line, timeout=10, message=f"a JSON success line; log:\n{consumer.output()[-3000:]}")
+    assert line["notification_id"] == str(notification.pk)
+    assert line["event_key"] == "order.created:56"
+    # The consumer span's own trace (the producer's is a link), as stored on the notification.
+    assert line["otelTraceID"] == notification.trace_id != TRACE_ID
+    assert line["level"] == "INFO" and line["logger"] == "notifications.events"
+    assert "a private order description" not in consumer.output()
+    assert [text for text in consumer.output().splitlines() if text and not text.startswith("{")] == []

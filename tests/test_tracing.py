@@ -22,7 +22,8 @@ from notifications import tracing
 from notifications.logging import JsonFormatter
 from notifications.models import Notification, Status
 
-from .helpers import wait_until
+from .helpers import PlatformProcess, wait_until
+from .test_delivery_pipeline import SmtpServer, pipeline_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -115,3 +116,40 @@ def test_spans_are_exported_only_when_the_otel_variables_ask_for_it() -> None:
         assert type(tracing._span_exporter()).__name__ == "OTLPSpanExporter"
     with override_settings(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318", OTEL_TRACES_EXPORTER="none"):
         assert tracing._span_exporter() is None
+
+
+def json_lines(output: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_a_real_worker_process_logs_json_lines_with_the_trace_and_notification_ids(
+    api: APIClient, broker: dramatiq.Broker
+) -> None:
+    # rundramatiq passes --skip-logging, so each dramatiq worker process must log through the
+    # settings' LOGGING (JSON) on its own; an in-process worker would not show that.
+    smtp = SmtpServer()
+    worker = PlatformProcess("rundramatiq", "--processes", "1", "--threads", "1", env=pipeline_env(smtp, LOG_FORMAT="json"))
+    try:
+        body = "a private message body"
+        response = api.post("/api/v1/notifications", {"user_id": "u1", "to": "ann@example.com", "message": body}, format="json")
+        assert response.status_code == 202
+        notification_id = response.json()["id"]
+
+        def delivered_line() -> dict[str, object] | None:
+            lines = [line for line in json_lines(worker.output()) if str(line["message"]).startswith("delivered notification")]
+            return lines[0] if lines else None
+
+        line = wait_until(delivered_line, timeout=30, message=f"a JSON delivered line; log:\n{worker.output()[-3000:]}")
+    finally:
+        worker.kill()
+        smtp.close()
+    notification = Notification.objects.get(pk=notification_id)
+    assert notification.trace_id and line["otelTraceID"] == notification.trace_id
+    assert isinstance(line["otelSpanID"], str) and len(line["otelSpanID"]) == 16
+    assert line["notification_id"] == notification_id
+    assert line["level"] == "INFO" and line["logger"] == "notifications.services"
+    # Every line the worker processes wrote is JSON (the command's own "starting workers" aside),
+    # and the message body is in none of them.
+    other = [text for text in worker.output().splitlines() if text and not text.startswith(("{", "starting workers:"))]
+    assert other == [], other
+    assert body not in worker.output()
