@@ -278,5 +278,9 @@ LOGGING = {
         # pika warns on every Channel.Close, including the 404 of the scrape-time queue-size probe
         # for a queue nobody declared yet; whoever owns the channel reports real failures.
         "pika.channel": {"level": "ERROR"},
+        # gunicorn's access and error lines go through the same handler (JSON) once Django is set
+        # up in its worker; only the master's few start-up lines stay gunicorn's plain text.
+        "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

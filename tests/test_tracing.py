@@ -6,7 +6,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import dramatiq
 import pytest
@@ -22,7 +27,7 @@ from notifications import tracing
 from notifications.logging import JsonFormatter
 from notifications.models import Notification, Status
 
-from .helpers import PlatformProcess, wait_until
+from .helpers import ROOT, PlatformProcess, platform_env, wait_until
 from .test_delivery_pipeline import SmtpServer, pipeline_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,3 +158,39 @@ def test_a_real_worker_process_logs_json_lines_with_the_trace_and_notification_i
     other = [text for text in worker.output().splitlines() if text and not text.startswith(("{", "starting workers:"))]
     assert other == [], other
     assert body not in worker.output()
+
+
+def test_the_gunicorn_web_process_writes_its_access_lines_as_json(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as out:
+        web = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "platform.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+             "--worker-class", "gthread", "--threads", "2", "--access-logfile", "-", "--control-socket", str(tmp_path / "ctl")],
+            cwd=ROOT,
+            env=platform_env(LOG_FORMAT="json"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def healthz() -> bool:
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200
+            except OSError:
+                return False
+
+        wait_until(healthz, timeout=30, message=f"gunicorn up; log:\n{log.read_text()[-2000:]}")
+
+        def access_line() -> dict[str, object] | None:
+            lines = json_lines(log.read_text())
+            found = [line for line in lines if line.get("logger") == "gunicorn.access" and "GET /healthz" in str(line["message"])]
+            return found[0] if found else None
+
+        line = wait_until(access_line, timeout=10, message=f"a JSON access line; log:\n{log.read_text()[-2000:]}")
+    finally:
+        web.terminate()
+        web.wait(timeout=30)
+    assert line["level"] == "INFO" and " 200 " in str(line["message"])
