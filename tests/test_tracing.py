@@ -133,7 +133,11 @@ def test_a_real_worker_process_logs_json_lines_with_the_trace_and_notification_i
     # rundramatiq passes --skip-logging, so each dramatiq worker process must log through the
     # settings' LOGGING (JSON) on its own; an in-process worker would not show that.
     smtp = SmtpServer()
-    worker = PlatformProcess("rundramatiq", "--processes", "1", "--threads", "1", env=pipeline_env(smtp, LOG_FORMAT="json"))
+    # And with no OTEL_* exporter variables: spans are made but nothing is exported or complained about.
+    no_export = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "", "OTEL_TRACES_EXPORTER": ""}
+    worker = PlatformProcess(
+        "rundramatiq", "--processes", "1", "--threads", "1", env=pipeline_env(smtp, LOG_FORMAT="json", **no_export)
+    )
     try:
         body = "a private message body"
         response = api.post("/api/v1/notifications", {"user_id": "u1", "to": "ann@example.com", "message": body}, format="json")
@@ -158,6 +162,8 @@ def test_a_real_worker_process_logs_json_lines_with_the_trace_and_notification_i
     other = [text for text in worker.output().splitlines() if text and not text.startswith(("{", "starting workers:"))]
     assert other == [], other
     assert body not in worker.output()
+    complaints = [line for line in json_lines(worker.output()) if line["level"] in ("WARNING", "ERROR", "CRITICAL")]
+    assert complaints == [], complaints
 
 
 def test_the_gunicorn_web_process_writes_its_access_lines_as_json(tmp_path: Path) -> None:
@@ -194,3 +200,30 @@ def test_the_gunicorn_web_process_writes_its_access_lines_as_json(tmp_path: Path
         web.terminate()
         web.wait(timeout=30)
     assert line["level"] == "INFO" and " 200 " in str(line["message"])
+
+
+def test_an_events_notification_continues_the_process_span_through_deliver_to_the_provider(
+    worker: dramatiq.Worker, spans: InMemorySpanExporter
+) -> None:
+    from notifications import events
+
+    producer_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    body = json.dumps(
+        {"order_id": 61, "project_id": 7, "description": "d", "amount": 1, "user_id": "u1", "email": "t@example.com"}
+    ).encode()
+    result = events.event_process(
+        body=body, routing_key="order.created", headers={"traceparent": f"00-{producer_trace}-00f067aa0ba902b7-01"}
+    )
+    assert result.status == "success", result
+    wait_until(lambda: named(spans, "notification.send_email"), timeout=15, message="delivered")
+    (process,) = named(spans, "notification.process")
+    (deliver,) = named(spans, "notification.deliver")
+    (send,) = named(spans, "notification.send_email")
+    assert process.context is not None and deliver.context is not None and send.context is not None
+    trace_id = process.context.trace_id
+    assert format(trace_id, "032x") != producer_trace  # the producer is a link, not the parent
+    assert [format(link.context.trace_id, "032x") for link in process.links] == [producer_trace]
+    assert deliver.context.trace_id == trace_id and send.context.trace_id == trace_id
+    assert deliver.parent is not None and deliver.parent.span_id == process.context.span_id
+    assert send.parent is not None and send.parent.span_id == deliver.context.span_id
+    assert Notification.objects.get(pk=result.notification_id).trace_id == format(trace_id, "032x")
