@@ -142,6 +142,18 @@ def parse_retry_policies(value: str, default: RetryPolicy) -> dict[str, RetryPol
     return policies
 
 
+def _at_least(raw: dict[str, Any], key: str, minimum: float, kind: type = float) -> Any:
+    """A numeric option that makes no sense below ``minimum`` (a retention of 0 days would purge
+    every finished row; a zero timeout would recover sends still in flight)."""
+    try:
+        value = kind(raw[key])
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(f"{key}: {raw[key]!r} is not a number") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{key} must be at least {minimum}, got {raw[key]!r}")
+    return value
+
+
 @functools.cache
 def get_config() -> NotificationsConfig:
     raw: dict[str, Any] = dict(settings.NOTIFICATIONS)
@@ -149,20 +161,20 @@ def get_config() -> NotificationsConfig:
         float(raw["RETRY_BASE_SECONDS"]), float(raw["RETRY_CAP_SECONDS"]), int(raw["RETRY_MAX_ATTEMPTS"])
     )
     return NotificationsConfig(
-        idempotency_key_ttl_seconds=int(raw["IDEMPOTENCY_KEY_TTL_SECONDS"]),
-        max_message_bytes=int(raw["MAX_MESSAGE_BYTES"]),
+        idempotency_key_ttl_seconds=_at_least(raw, "IDEMPOTENCY_KEY_TTL_SECONDS", 1, int),
+        max_message_bytes=_at_least(raw, "MAX_MESSAGE_BYTES", 1, int),
         rate_limits=parse_rate_limits(raw["RATE_LIMITS"]),
         default_retry_policy=default_policy,
         retry_policies=parse_retry_policies(raw.get("RETRY_POLICIES", ""), default_policy),
-        sweeper_interval_seconds=float(raw["SWEEPER_INTERVAL_SECONDS"]),
-        queued_timeout_seconds=float(raw["QUEUED_TIMEOUT_SECONDS"]),
-        sending_timeout_seconds=float(raw["SENDING_TIMEOUT_SECONDS"]),
-        broker_delay_max_seconds=float(raw["BROKER_DELAY_MAX_SECONDS"]),
-        retention_days=int(raw["RETENTION_DAYS"]),
+        sweeper_interval_seconds=_at_least(raw, "SWEEPER_INTERVAL_SECONDS", 0.01, float),
+        queued_timeout_seconds=_at_least(raw, "QUEUED_TIMEOUT_SECONDS", 1, float),
+        sending_timeout_seconds=_at_least(raw, "SENDING_TIMEOUT_SECONDS", 1, float),
+        broker_delay_max_seconds=_at_least(raw, "BROKER_DELAY_MAX_SECONDS", 0, float),
+        retention_days=_at_least(raw, "RETENTION_DAYS", 1, int),
         webhook_allow_hosts=tuple(h.strip().lower() for h in raw["WEBHOOK_ALLOW_HOSTS"] if h.strip()),
-        webhook_timeout_seconds=float(raw["WEBHOOK_TIMEOUT_SECONDS"]),
+        webhook_timeout_seconds=_at_least(raw, "WEBHOOK_TIMEOUT_SECONDS", 0.1, float),
         providers=dict(raw["PROVIDERS"]),
-        provider_timeout_seconds=float(raw["PROVIDER_TIMEOUT_SECONDS"]),
+        provider_timeout_seconds=_at_least(raw, "PROVIDER_TIMEOUT_SECONDS", 0.1, float),
         events_api_client=str(raw["EVENTS_API_CLIENT"]),
         events=_events_config(raw),
         twilio_api_base=str(raw["TWILIO_API_BASE"]).rstrip("/"),

@@ -143,6 +143,8 @@ class Notification(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [
+            # The admin's and the API's default order, and the date filter, on a large table.
+            models.Index(fields=["created_at"], name="notif_created"),
             models.Index(fields=["status", "created_at"], name="notif_status_created"),
             models.Index(fields=["client", "-created_at"], name="notif_client_created"),
             models.Index(fields=["client", "user_id"], name="notif_client_user"),

@@ -83,3 +83,15 @@ def test_start_up_fails_clearly_on_an_unknown_broker_url() -> None:
     completed = run_manage("check", BROKER_URL="kafka://localhost")
     assert completed.returncode != 0
     assert "BROKER_URL" in completed.stderr
+
+
+def test_the_committed_migrations_match_the_models(db: None) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    try:
+        call_command("makemigrations", "--check", "--dry-run", stdout=out)
+    except SystemExit as exc:
+        raise AssertionError(f"models changed without a migration:\n{out.getvalue()}") from exc
