@@ -320,7 +320,7 @@ def write_results(
 
 - Command: `{command}`
 - Date: {datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
-- Machine: {os.cpu_count()} CPUs (shared with other work while it ran), PostgreSQL, RabbitMQ and Redis on localhost; 2 worker processes x 8 threads.
+- Machine: {os.cpu_count()} CPUs (a shared, noisy VM: compare the ratios, not the absolute rates), PostgreSQL, RabbitMQ and Redis on localhost; 2 worker processes x 8 threads.
 
 ## (a) End-to-end throughput with a no-op provider
 
