@@ -90,21 +90,25 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 # --- Notifications -----------------------------------------------------------------------------
 
 
+# What support reads of one try, on the notification's page and the attempts' own.
+ATTEMPT_FIELDS = (
+    "number",
+    "outcome",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "error_class",
+    "error_message",
+    "provider_response",
+)
+
+
 class DeliveryAttemptInline(admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
     can_delete = False
     show_change_link = False
-    fields = (
-        "number",
-        "outcome",
-        "started_at",
-        "finished_at",
-        "duration_ms",
-        "error_class",
-        "error_message",
-        "provider_response",
-    )
+    fields = ATTEMPT_FIELDS
     readonly_fields = fields
     ordering = ("number",)
 
@@ -254,17 +258,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdmin):
     list_filter = ("outcome",)
     list_select_related = ("notification",)
     show_full_result_count = False
-    readonly_fields = (
-        "notification",
-        "number",
-        "outcome",
-        "started_at",
-        "finished_at",
-        "duration_ms",
-        "error_class",
-        "error_message",
-        "provider_response",
-    )
+    readonly_fields = ("notification", *ATTEMPT_FIELDS)
 
 
 @admin.register(Recipient)
