@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -92,6 +93,7 @@ def test_two_concurrent_requests_with_one_key_make_one_notification() -> None:
     barrier = threading.Barrier(2)
     codes: list[int] = []
     bodies: list[dict] = []  # type: ignore[type-arg]
+    replayed: list[bool] = []
 
     def send() -> None:
         api = APIClient()
@@ -100,6 +102,7 @@ def test_two_concurrent_requests_with_one_key_make_one_notification() -> None:
         response = post(api, BODY, key="same-key")
         codes.append(response.status_code)
         bodies.append(response.json())
+        replayed.append(response.headers.get("Idempotent-Replayed") == "true")
         connection.close()
 
     threads = [threading.Thread(target=send) for _ in range(2)]
@@ -111,6 +114,8 @@ def test_two_concurrent_requests_with_one_key_make_one_notification() -> None:
     assert sorted(codes) in ([202, 202], [202, 409])
     ids = {b["id"] for b in bodies if "id" in b}
     assert ids == {str(Notification.objects.get().pk)}
+    # Exactly one request created it: the other was either refused (409) or a marked replay.
+    assert replayed.count(True) == codes.count(202) - 1
 
 
 @pytest.mark.parametrize(
@@ -127,6 +132,11 @@ def test_two_concurrent_requests_with_one_key_make_one_notification() -> None:
         ({**BODY, "priority": "urgent"}, "priority"),
         ({**BODY, "send_at": "next tuesday"}, "send_at"),
         ({**BODY, "message": "x" * (64 * 1024 + 1)}, "message"),
+        ({**BODY, "metadata": {"order": "a\u0000b"}}, "metadata"),
+        ({**BODY, "metadata": {"blob": "x" * (16 * 1024)}}, "metadata"),
+        ({**BODY, "subject": "Hi\r\nBcc: all@example.com"}, "subject"),
+        ({**BODY, "sned_at": "2030-01-01T00:00:00Z"}, "sned_at"),
+        ({**BODY, "channel": "push", "to": "token with spaces"}, "to"),
     ],
 )
 def test_invalid_requests_are_400_naming_the_field(api: APIClient, body: dict, field: str) -> None:  # type: ignore[type-arg]
@@ -135,6 +145,44 @@ def test_invalid_requests_are_400_naming_the_field(api: APIClient, body: dict, f
     error = response.json()["error"]
     assert error["field"] == field and error["message"]
     assert Notification.objects.count() == 0
+
+
+def test_an_idempotency_key_longer_than_255_is_400_naming_the_header(api: APIClient) -> None:
+    response = post(api, BODY, key="k" * 256)
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["field"] == "Idempotency-Key"
+    assert post(api, BODY, key="k" * 255).status_code == 202
+    assert Notification.objects.count() == 1
+
+
+def test_a_too_deeply_nested_body_is_400_not_500(api: APIClient) -> None:
+    response = api.post(URL, data="[" * 100_000 + "]" * 100_000, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "parse_error"
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
+def test_a_body_over_the_upload_limit_is_413_in_the_error_shape(api: APIClient) -> None:
+    response = post(api, {**BODY, "message": "x" * 2000})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert Notification.objects.count() == 0
+
+
+def test_a_client_over_its_rate_is_429_with_retry_after(api: APIClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from notifications.api.auth import ApiClientRateThrottle
+
+    monkeypatch.setattr(ApiClientRateThrottle, "rate", "2/min", raising=False)
+    assert [api.get(URL).status_code for _ in range(2)] == [200, 200]
+    throttled = api.get(URL)
+    assert throttled.status_code == 429
+    assert 0 < int(throttled.headers["Retry-After"]) <= 60
+    assert throttled.json()["error"]["code"] == "throttled"
+    # The budget is per client: another client is not slowed by this one.
+    _, other_token = make_api_client("other")
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {other_token}")
+    assert other.get(URL).status_code == 200
 
 
 def test_a_body_that_is_not_json_is_400(api: APIClient) -> None:
@@ -159,10 +207,13 @@ def test_stored_recipient_address_is_used_unless_to_is_given(api: APIClient, cli
 
 def test_anonymous_and_bad_tokens_get_401(db: None) -> None:
     anonymous = APIClient()
-    assert anonymous.post(URL, BODY, format="json").status_code == 401
+    refused = anonymous.post(URL, BODY, format="json")
+    assert refused.status_code == 401 and refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert refused.json()["error"]["code"] == "not_authenticated"
     assert anonymous.get(URL).status_code == 401
     anonymous.credentials(HTTP_AUTHORIZATION="Bearer ntf_wrong")
-    assert anonymous.get(URL).status_code == 401
+    wrong = anonymous.get(URL)
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "authentication_failed"
 
 
 def test_token_scheme_is_accepted_and_revoked_clients_are_refused(client_and_token) -> None:  # type: ignore[no-untyped-def]

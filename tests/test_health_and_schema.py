@@ -8,6 +8,7 @@ import sys
 
 import yaml
 from django.test import Client
+from drf_spectacular.validation import validate_schema
 
 from .helpers import ROOT, platform_env
 
@@ -64,6 +65,7 @@ def test_schema_describes_the_api(db: None) -> None:
     assert "409" in paths["/api/v1/notifications/{notification_id}/cancel"]["post"]["responses"]
     assert "/api/v1/recipients/{user_id}" in paths
     assert schema["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    validate_schema(schema)  # raises on anything that is not valid OpenAPI 3
     assert Client().get("/api/docs/").status_code == 200
 
 

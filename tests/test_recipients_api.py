@@ -49,3 +49,13 @@ def test_delete_removes_and_other_clients_cannot_see_it(api: APIClient) -> None:
     assert other.delete(f"{URL}/cy").status_code == 404
     assert api.delete(f"{URL}/cy").status_code == 204
     assert api.get(f"{URL}/cy").status_code == 404
+
+
+def test_a_path_user_id_too_long_or_with_nul_is_400_not_500(api: APIClient) -> None:
+    for user_id in ("u" * 256, "a%00b"):
+        put = api.put(f"{URL}/{user_id}", {"email": "a@example.com"}, format="json")
+        assert put.status_code == 400, (user_id, put.content)
+        assert put.json()["error"]["field"] == "user_id"
+        assert api.get(f"{URL}/{user_id}").status_code == 400
+        assert api.delete(f"{URL}/{user_id}").status_code == 400
+    assert api.put(f"{URL}/{'u' * 255}", {"email": "a@example.com"}, format="json").status_code == 201

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rest_framework import serializers
 
 from ..models import Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
 from ..services import NotificationRequest
+
+# Metadata is stored with the notification and echoed by every read; it is context, not a payload.
+MAX_METADATA_BYTES = 16 * 1024
+
+
+def _contains_nul(value: Any) -> bool:
+    """PostgreSQL's jsonb refuses \\u0000 anywhere, so it is refused here, as a 400, not a 500."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_contains_nul(k) or _contains_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_contains_nul(item) for item in value)
+    return False
 
 
 class NotificationCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -28,6 +43,26 @@ class NotificationCreateSerializer(serializers.Serializer):  # type: ignore[type
     idempotency_key = serializers.CharField(
         max_length=255, required=False, allow_blank=False, help_text="Alternative to the Idempotency-Key header."
     )
+
+    def validate_subject(self, value: str) -> str:
+        if "\r" in value or "\n" in value:
+            raise serializers.ValidationError("a subject is one line (no CR or LF)")
+        return value
+
+    def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
+        if _contains_nul(value):
+            raise serializers.ValidationError("metadata may not contain NUL (\\u0000) characters")
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        if size > MAX_METADATA_BYTES:
+            raise serializers.ValidationError(f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A misspelt optional field (say "sned_at") would otherwise be dropped and the message sent now.
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: [f"unknown field; expected one of {', '.join(self.fields)}"]})
+        return attrs
 
     def to_request(self) -> NotificationRequest:
         data = self.validated_data

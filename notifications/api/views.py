@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import services
-from ..errors import NotificationError
+from ..errors import NotificationError, ValidationFailed
 from ..health import readiness_checks
 from ..models import ApiClient, Notification, Recipient
 from .exceptions import api_exception_handler, error_body
@@ -37,6 +37,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 )
 ERROR = OpenApiResponse(description='An error: {"error": {"code", "message", "field"?}}')
 MAX_BATCH = 100
+MAX_KEY_LENGTH = 255  # IdempotencyKey.key and Recipient.user_id are varchar(255)
 
 
 class NewestFirstPagination(CursorPagination):
@@ -47,6 +48,10 @@ class NewestFirstPagination(CursorPagination):
 
 
 def _accept(request: Request, payload: Any, header_key: str | None) -> services.AcceptResult:
+    if header_key and (len(header_key) > MAX_KEY_LENGTH or not header_key.isprintable()):
+        raise ValidationFailed(
+            f"an Idempotency-Key is 1 to {MAX_KEY_LENGTH} printable characters", extra={"field": "Idempotency-Key"}
+        )
     serializer = NotificationCreateSerializer(data=payload)
     serializer.is_valid(raise_exception=True)
     body_key = serializer.validated_data.get("idempotency_key")
@@ -62,6 +67,12 @@ def _accept(request: Request, payload: Any, header_key: str | None) -> services.
 def _client(request: Request) -> ApiClient:
     """The authenticated API client (IsApiClient has already refused anyone else)."""
     return cast(ApiClient, request.user)
+
+
+def _path_user_id(user_id: str) -> str:
+    if len(user_id) > MAX_KEY_LENGTH or "\x00" in user_id:
+        raise ValidationFailed(f"a user_id is 1 to {MAX_KEY_LENGTH} characters without NUL", extra={"field": "user_id"})
+    return user_id
 
 
 def _require_object(data: Any) -> dict[str, Any]:
@@ -150,7 +161,7 @@ class NotificationCancelView(APIView):
 class RecipientView(APIView):
     @extend_schema(operation_id="recipients_retrieve", responses={200: RecipientSerializer, 404: ERROR})
     def get(self, request: Request, user_id: str) -> Response:
-        recipient = Recipient.objects.filter(client=_client(request), user_id=user_id).first()
+        recipient = Recipient.objects.filter(client=_client(request), user_id=_path_user_id(user_id)).first()
         if recipient is None:
             return Response(error_body("not_found", f"no recipient {user_id!r}"), status=status.HTTP_404_NOT_FOUND)
         return Response(RecipientSerializer(recipient).data)
@@ -163,12 +174,14 @@ class RecipientView(APIView):
     def put(self, request: Request, user_id: str) -> Response:
         serializer = RecipientSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
-        recipient, created = services.recipient_upsert(client=_client(request), user_id=user_id, data=serializer.validated_data)
+        recipient, created = services.recipient_upsert(
+            client=_client(request), user_id=_path_user_id(user_id), data=serializer.validated_data
+        )
         return Response(RecipientSerializer(recipient).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(operation_id="recipients_delete", responses={204: None, 404: ERROR})
     def delete(self, request: Request, user_id: str) -> Response:
-        services.recipient_delete(client=_client(request), user_id=user_id)
+        services.recipient_delete(client=_client(request), user_id=_path_user_id(user_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
