@@ -118,6 +118,77 @@ def test_two_concurrent_requests_with_one_key_make_one_notification() -> None:
     assert replayed.count(True) == codes.count(202) - 1
 
 
+class HeldAccept:
+    """Holds the first request of a thread inside its accept transaction until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, token: str) -> None:
+        from notifications import services
+
+        self.token, self.entered, self.release = token, threading.Event(), threading.Event()
+        self.response = None
+        original = services._notification_create
+        first = threading.Lock()
+
+        def held(**kwargs):  # type: ignore[no-untyped-def]
+            notification = original(**kwargs)
+            if first.acquire(blocking=False):
+                self.entered.set()
+                self.release.wait(timeout=20)
+            return notification
+
+        monkeypatch.setattr(services, "_notification_create", held)
+        self.thread = threading.Thread(target=self._send)
+
+    def _send(self) -> None:
+        try:
+            self.response = post(self.api(), BODY, key="held")
+        finally:
+            connection.close()
+
+    def api(self) -> APIClient:
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        return api
+
+    def start(self) -> None:
+        self.thread.start()
+        assert self.entered.wait(timeout=20), "the first request never reached its transaction"
+
+    def finish(self):  # type: ignore[no-untyped-def]
+        self.release.set()
+        self.thread.join(timeout=30)
+        assert self.response is not None
+        return self.response
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_while_the_first_is_inside_its_transaction_is_409_then_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    held = HeldAccept(monkeypatch, make_api_client("racer")[1])
+    held.start()
+    second = post(held.api(), BODY, key="held")
+    assert second.status_code == 409 and second.json()["error"]["code"] == "idempotency_key_in_flight"
+    first = held.finish()
+    assert first.status_code == 202 and "Idempotent-Replayed" not in first.headers
+    third = post(held.api(), BODY, key="held")
+    assert third.status_code == 202 and third.headers["Idempotent-Replayed"] == "true"
+    assert third.json() == first.json() and Notification.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_request_taken_over_does_not_also_create_a_notification(monkeypatch: pytest.MonkeyPatch) -> None:
+    from notifications.services import IDEMPOTENCY_STALE_SECONDS
+
+    held = HeldAccept(monkeypatch, make_api_client("racer")[1])
+    held.start()
+    IdempotencyKey.objects.filter(key="held").update(created_at=timezone.now() - timedelta(seconds=IDEMPOTENCY_STALE_SECONDS + 1))
+    takeover = post(held.api(), BODY, key="held")
+    assert takeover.status_code == 202
+    stale = held.finish()
+    assert stale.status_code == 409, stale.content
+    assert list(Notification.objects.values_list("id", flat=True)) == [uuid.UUID(takeover.json()["id"])]
+    assert IdempotencyKey.objects.get(key="held").state == "completed"
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
