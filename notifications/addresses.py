@@ -12,7 +12,8 @@ from .errors import ValidationFailed
 from .models import Recipient
 
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
-MAX_PUSH_TOKEN_LENGTH = 4096
+# A stored token becomes Notification.address (varchar 2000); FCM and APNs tokens are far shorter.
+MAX_PUSH_TOKEN_LENGTH = 2000
 
 
 def validate_address(channel: str, address: str, *, field: str = "to") -> str:
@@ -30,7 +31,9 @@ def validate_address(channel: str, address: str, *, field: str = "to") -> str:
         return address
     if channel == "push":
         if not address or len(address) > MAX_PUSH_TOKEN_LENGTH or any(c.isspace() for c in address):
-            raise ValidationFailed("a push device token is 1 to 4096 characters without spaces", extra={"field": field})
+            raise ValidationFailed(
+                f"a push device token is 1 to {MAX_PUSH_TOKEN_LENGTH} characters without spaces", extra={"field": field}
+            )
         return address
     if channel == "webhook":
         parts = urlsplit(address)

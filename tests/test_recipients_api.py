@@ -59,3 +59,11 @@ def test_a_path_user_id_too_long_or_with_nul_is_400_not_500(api: APIClient) -> N
         assert api.get(f"{URL}/{user_id}").status_code == 400
         assert api.delete(f"{URL}/{user_id}").status_code == 400
     assert api.put(f"{URL}/{'u' * 255}", {"email": "a@example.com"}, format="json").status_code == 201
+
+
+def test_a_stored_push_token_is_bounded_by_what_a_notification_can_hold(api: APIClient) -> None:
+    assert api.put(f"{URL}/dee", {"push_tokens": ["t" * 2001]}, format="json").json()["error"]["field"].startswith("push_tokens")
+    assert api.put(f"{URL}/dee", {"push_tokens": ["t"] * 101}, format="json").status_code == 400
+    assert api.put(f"{URL}/dee", {"push_tokens": ["t" * 2000]}, format="json").status_code == 201
+    sent = api.post("/api/v1/notifications", {"user_id": "dee", "channel": "push", "message": "hi"}, format="json")
+    assert sent.status_code == 202, sent.content

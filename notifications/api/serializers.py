@@ -7,6 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from ..addresses import MAX_PUSH_TOKEN_LENGTH
 from ..models import Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
 from ..services import NotificationRequest
 
@@ -136,7 +137,9 @@ class NotificationFilterSerializer(serializers.Serializer):  # type: ignore[type
 
 
 class RecipientSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    push_tokens = serializers.ListField(child=serializers.CharField(max_length=4096), required=False, default=list)
+    push_tokens = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_PUSH_TOKEN_LENGTH), required=False, default=list, max_length=100
+    )
 
     class Meta:
         model = Recipient
