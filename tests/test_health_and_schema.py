@@ -59,7 +59,7 @@ def test_schema_describes_the_api(db: None) -> None:
     schema = yaml.safe_load(response.content)
     paths = schema["paths"]
     create = paths["/api/v1/notifications"]["post"]
-    assert {"202", "400", "409", "422"} <= set(create["responses"])
+    assert {"202", "400", "401", "409", "413", "422", "429"} <= set(create["responses"])
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in create["parameters"])
     assert "/api/v1/notifications/{notification_id}/cancel" in paths
     assert "409" in paths["/api/v1/notifications/{notification_id}/cancel"]["post"]["responses"]

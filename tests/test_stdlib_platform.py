@@ -66,7 +66,11 @@ def test_python_c_from_the_repo_root_gets_both_apis() -> None:
 
 
 def test_manage_py_shell_gets_the_stdlib_api() -> None:
-    code = "import platform, uuid; print(platform.system(), uuid.uuid4().version, platform.__name__)"
+    code = (
+        "import platform, uuid, pika; from django.conf import settings; "
+        "connection = pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL)); "
+        "print(platform.system(), uuid.uuid4().version, platform.__name__, connection.is_open); connection.close()"
+    )
     completed = subprocess.run(
         [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
         cwd=ROOT,
@@ -76,4 +80,4 @@ def test_manage_py_shell_gets_the_stdlib_api() -> None:
         timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.split() == ["Linux", "4", "platform"]
+    assert completed.stdout.split() == ["Linux", "4", "platform", "True"]

@@ -86,7 +86,7 @@ class NotificationCollectionView(APIView):
         operation_id="notifications_create",
         request=NotificationCreateSerializer,
         parameters=[IDEMPOTENCY_HEADER],
-        responses={202: AcceptedSerializer, 400: ERROR, 401: ERROR, 409: ERROR, 422: ERROR},
+        responses={202: AcceptedSerializer, 400: ERROR, 401: ERROR, 409: ERROR, 413: ERROR, 422: ERROR, 429: ERROR},
     )
     def post(self, request: Request) -> Response:
         payload = _require_object(request.data)
