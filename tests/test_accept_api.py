@@ -335,6 +335,10 @@ def test_list_filters_and_paginates_newest_first(api: APIClient) -> None:
     assert api.get(URL, {"status": "delivered"}).json()["results"] == []
     future = (timezone.now() + timedelta(days=1)).isoformat()
     assert api.get(URL, {"created_after": future}).json()["results"] == []
+    assert len(api.get(URL, {"created_before": future}).json()["results"]) == 6
+    past = (timezone.now() - timedelta(days=1)).isoformat()
+    assert api.get(URL, {"created_before": past}).json()["results"] == []
+    assert len(api.get(URL, {"created_after": past, "channel": "email"}).json()["results"]) == 5
     assert api.get(URL, {"status": "bogus"}).status_code == 400
 
 
