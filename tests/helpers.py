@@ -48,6 +48,10 @@ def platform_env(**overrides: str) -> dict[str, str]:
     env["DATABASE_URL"] = test_database_url()
     env["DJANGO_SETTINGS_MODULE"] = "platform.settings"
     env["PYTHONUNBUFFERED"] = "1"
+    # Metrics exporters off unless a test asks for one on a free port: the defaults (9191, 9192)
+    # may be held by a platform running beside the suite.
+    env["WORKER_METRICS_PORT"] = "0"
+    env["CONSUMER_METRICS_PORT"] = "0"
     env.update(overrides)
     return env
 
