@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notifications import services
 from notifications.errors import ValidationFailed
+from notifications.models import ApiClient
 
 
 class Command(BaseCommand):
@@ -15,8 +16,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
+        parser.add_argument(
+            "--rotate",
+            action="store_true",
+            help="If the client exists (e.g. the events client the consumer made), give it a new token instead.",
+        )
 
-    def handle(self, *args: Any, name: str, **options: Any) -> None:
+    def handle(self, *args: Any, name: str, rotate: bool, **options: Any) -> None:
+        existing = ApiClient.objects.filter(name=name.strip()).first() if rotate else None
+        if existing is not None:
+            token = services.api_client_rotate_token(client=existing)
+            self.stdout.write(f"Rotated the token of API client {existing.name!r} (id {existing.pk}). Its token, shown only now:")
+            self.stdout.write(token)
+            return
         try:
             client, token = services.api_client_create(name=name)
         except ValidationFailed as exc:

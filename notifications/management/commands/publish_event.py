@@ -6,6 +6,7 @@ import json
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notifications.events import event_publish
@@ -27,6 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--raw", default=None, help="Publish this body as it is (e.g. to try a malformed event).")
 
     def handle(self, *args: Any, event_type: str, raw: str | None, traceparent: str | None, **options: Any) -> None:
+        if settings.BROKER_IS_EMBEDDED:
+            raise CommandError("publish_event needs RabbitMQ: set BROKER_URL=amqp://user:pass@host:5672/vhost")
         if raw is not None:
             body = raw.encode()
         else:

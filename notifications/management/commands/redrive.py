@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import dramatiq
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -45,3 +47,21 @@ class Command(BaseCommand):
                 skipped += 1
                 self.stdout.write(f"dead letter {dead_letter.pk}: skipped ({result.detail})")
         self.stdout.write(f"{retried} retried, {skipped} skipped")
+        if retried and settings.BROKER_IS_EMBEDDED:
+            self._deliver_in_process()
+        unknown = wanted - {dead_letter.pk for dead_letter in dead_letters}
+        if unknown:
+            raise CommandError(f"no dead letter with id {', '.join(map(str, sorted(unknown)))}")
+
+    def _deliver_in_process(self) -> None:
+        """The embedded broker lives and dies with this command: deliver what it queued before
+        exiting, or the running platform's sweeper would only find it after QUEUED_TIMEOUT_SECONDS."""
+        broker = dramatiq.get_broker()
+        worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
+        worker.start()
+        try:
+            for queue in list(broker.get_declared_queues()):
+                broker.join(queue, timeout=120_000)  # type: ignore[attr-defined]
+        finally:
+            worker.stop()
+        self.stdout.write("delivered in this process (embedded broker)")
