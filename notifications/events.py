@@ -22,13 +22,19 @@ Dead letters become :class:`DeadLetter` rows (``source=event``) by *consuming*
 ``notifications.dlq``, not by writing a row at nack time: the nack then never depends on the
 database (which is down in exactly the redelivery-limit case), RabbitMQ's own dead-lettering
 (a quorum queue's delivery limit, another consumer's reject) is recorded too, and a DLQ message is
-acked only after its row is committed, so nothing is lost while PostgreSQL is away. The reason is
-found again by re-validating the body (it validates: the redelivery limit; it does not: the
-validation error). A crash between that commit and the ack can record one message twice.
+acked only after its row is committed, so nothing is lost while PostgreSQL is away. The consumer
+that nacks a message knows why, and notes the reason and error at nack time (:class:`RejectionNotes`:
+in memory for the DLQ consumer of the same process, and in the cache for another process or after a
+restart); the DLQ consumer takes the row's reason from that note. Without one it falls back on
+``x-death`` and the body: RabbitMQ's own ``delivery_limit`` is the redelivery limit; a body that
+does not validate is a poison message with the validation error; a valid body rejected for a reason
+nobody noted is a poison message with an error that says only that (never a guessed redelivery
+limit). A crash between that commit and the ack can record one message twice.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime as dt
@@ -370,6 +376,79 @@ class RedeliveryCounter:
                 cache.delete(self._cache_key(event_key))
 
 
+def message_identity(*, body: bytes, routing_key: str, message_id: str | None = None) -> str:
+    """What names one message both when it is nacked and when it comes back off the DLQ.
+
+    Dead-lettering keeps the body, the ``message_id`` and (in ``x-death``) the routing key; the
+    message id is hashed in rather than used alone, so a publisher reusing ids cannot mix up two
+    messages, and identical bodies published with different ids stay apart.
+    """
+    digest = hashlib.sha256()
+    for part in ((message_id or "").encode(), routing_key.encode(), body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+class RejectionNotes:
+    """Why the consumer nacked a message to the DLQ, kept until the DLQ consumer records it.
+
+    In memory (bounded, oldest dropped first) for the DLQ consumer of the same process, and in the
+    cache with a TTL, best effort, for one in another process or after a restart. A note is
+    overwritten by the next rejection of the same message rather than taken on read, so identical
+    messages rejected alike are all recorded right; an out-of-date note can only be read for a
+    message RabbitMQ dead-lettered itself, and ``x-death`` says so then.
+    """
+
+    max_local = 10_000
+
+    def __init__(self, *, ttl_seconds: int) -> None:
+        self.ttl_seconds = ttl_seconds
+        self._local: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _cache_key(identity: str) -> str:
+        return "events:rejected:" + identity
+
+    def note(self, identity: str, *, reason: str, error: str) -> None:
+        error = error[:4000]
+        with self._lock:
+            self._local.pop(identity, None)
+            self._local[identity] = (str(reason), error)
+            while len(self._local) > self.max_local:
+                self._local.popitem(last=False)
+        try:
+            cache.set(self._cache_key(identity), [str(reason), error], timeout=self.ttl_seconds)
+        except Exception as exc:  # Redis down: the in-memory note still serves this process
+            logger.warning("cannot note a rejection in the cache (%s); noted in memory only", type(exc).__name__)
+
+    def get(self, identity: str) -> tuple[str, str] | None:
+        with self._lock:
+            found = self._local.get(identity)
+        if found is not None:
+            return found
+        try:
+            cached = cache.get(self._cache_key(identity))
+        except Exception as exc:
+            logger.warning("cannot read rejection notes from the cache (%s)", type(exc).__name__)
+            return None
+        if isinstance(cached, list | tuple) and len(cached) == 2 and cached[0] in DeadLetterReason.values:
+            return str(cached[0]), str(cached[1])
+        return None
+
+
+_rejection_notes: RejectionNotes | None = None
+
+
+def rejection_notes() -> RejectionNotes:
+    """The process's notes, shared by its event consumer and the DLQ consumer (and direct callers)."""
+    global _rejection_notes
+    if _rejection_notes is None:
+        _rejection_notes = RejectionNotes(ttl_seconds=get_config().events.dedup_ttl_seconds)
+    return _rejection_notes
+
+
 # --- Dead letters --------------------------------------------------------------------------------
 
 
@@ -395,8 +474,33 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def dead_letter_ingest(*, body: bytes, routing_key: str, headers: dict[str, Any] | None) -> DeadLetter:
-    """Record a message found in the DLQ as a DeadLetter row (what the admin's DLQ shows)."""
+def _dead_letter_reason(*, body: bytes, death: dict[str, Any], noted: tuple[str, str] | None) -> tuple[str, str]:
+    death_reason = death.get("reason")
+    if isinstance(death_reason, bytes):
+        death_reason = death_reason.decode(errors="replace")
+    if death_reason == "delivery_limit":  # RabbitMQ's own count (quorum queues) says so
+        return DeadLetterReason.REDELIVERY_LIMIT, (noted[1] if noted else "") or "redelivered too many times (delivery limit)"
+    if noted is not None and death_reason in (None, "rejected"):
+        return noted
+    try:
+        decode_order_created(body)
+    except MalformedEvent as exc:
+        return DeadLetterReason.POISON_MESSAGE, str(exc)
+    if death_reason in (None, "rejected"):
+        # Valid, yet rejected, and the why was not noted (say the cache was down across a
+        # restart): the consumer's log has it. Guessing the redelivery limit would mislead.
+        return DeadLetterReason.POISON_MESSAGE, "rejected by the consumer; see its log"
+    return DeadLetterReason.POISON_MESSAGE, f"dead-lettered by RabbitMQ ({death_reason}) before it was processed"
+
+
+def dead_letter_ingest(
+    *, body: bytes, routing_key: str, headers: dict[str, Any] | None, message_id: str | None = None
+) -> DeadLetter:
+    """Record a message found in the DLQ as a DeadLetter row (what the admin's DLQ shows).
+
+    The reason and error are the ones the rejecting consumer noted (:class:`RejectionNotes`) when
+    there is a note; see the module docstring for the fallback.
+    """
     headers = headers or {}
     deaths = headers.get("x-death") or []
     death = deaths[0] if deaths and isinstance(deaths[0], dict) else {}
@@ -404,13 +508,8 @@ def dead_letter_ingest(*, body: bytes, routing_key: str, headers: dict[str, Any]
     original_key = original_keys[0] if original_keys else routing_key
     if isinstance(original_key, bytes):
         original_key = original_key.decode(errors="replace")
-    try:
-        decode_order_created(body)
-        reason, error = DeadLetterReason.REDELIVERY_LIMIT, "failed transiently too many times (redelivery limit)"
-    except MalformedEvent as exc:
-        reason, error = DeadLetterReason.POISON_MESSAGE, str(exc)
-    if death.get("reason") in (b"delivery_limit", "delivery_limit"):
-        reason = DeadLetterReason.REDELIVERY_LIMIT
+    identity = message_identity(body=body, routing_key=str(original_key), message_id=message_id)
+    reason, error = _dead_letter_reason(body=body, death=death, noted=rejection_notes().get(identity))
     return DeadLetter.objects.create(
         source=DeadLetterSource.EVENT,
         reason=reason,
@@ -473,6 +572,7 @@ class EventConsumer:
         self._stop = threading.Event()
         self._connection: pika.BlockingConnection | None = None
         self.redeliveries = RedeliveryCounter(ttl_seconds=self.config.dedup_ttl_seconds)
+        self.rejections = rejection_notes()
 
     def stop(self) -> None:
         self._stop.set()
@@ -561,7 +661,10 @@ class EventConsumer:
             record_event_processed(status=result.status, seconds=time.monotonic() - started)
             logger.info("event %s: %s %s", result.event_key, result.status, result.notification_id, extra=extra)
             return
+        identity = message_identity(body=body, routing_key=method.routing_key, message_id=properties.message_id)
         if result.status == "failed":
+            # Noted before the nack: the DLQ consumer may have the message before this returns.
+            self.rejections.note(identity, reason=DeadLetterReason.POISON_MESSAGE, error=result.reason)
             channel.basic_nack(tag, requeue=False)
             record_event_processed(status="failed", seconds=time.monotonic() - started)
             logger.warning("event rejected to the DLQ: %s", result.reason, extra=extra)
@@ -577,6 +680,11 @@ class EventConsumer:
             count = max(count, delivery_count + 1)
         if count > self.config.max_redeliveries:
             self.redeliveries.forget(key)
+            self.rejections.note(
+                identity,
+                reason=DeadLetterReason.REDELIVERY_LIMIT,
+                error=f"failed transiently {count} times (redelivery limit); last: {result.reason}",
+            )
             channel.basic_nack(tag, requeue=False)
             record_event_processed(status="failed_transient", seconds=time.monotonic() - started)
             logger.error("event %s failed transiently %d times (%s); sent to the DLQ", key, count, result.reason, extra=extra)
@@ -592,7 +700,9 @@ class EventConsumer:
             return
         close_old_connections()
         try:
-            dead_letter = dead_letter_ingest(body=body, routing_key=method.routing_key, headers=properties.headers)
+            dead_letter = dead_letter_ingest(
+                body=body, routing_key=method.routing_key, headers=properties.headers, message_id=properties.message_id
+            )
         except TRANSIENT_ERRORS as exc:
             with contextlib.suppress(Exception):
                 connection.close()

@@ -292,6 +292,98 @@ def test_malformed_events_go_to_the_dlq_and_become_dead_letters_that_can_be_repu
     assert queue_depth(config.queue) == 1
 
 
+NO_ADDRESS = "no email address is known for user 'u1'"
+
+
+def test_an_event_for_a_user_with_no_known_address_is_a_poison_dead_letter_that_names_the_missing_address() -> None:
+    # Valid JSON, so re-validating the body alone would have called it the redelivery limit.
+    with start_consumer() as consumer:
+        call_command(
+            "publish_event", "order.created", "--order-id", "60", "--project-id", "7", "--user-id", "u1", "--amount", "19.99",
+            "--description", "2 widgets",
+        )  # fmt: skip
+        dead_letter = wait_until(lambda: DeadLetter.objects.first(), timeout=20, message="recorded")
+        assert NO_ADDRESS in consumer.output()
+    assert dead_letter.source == DeadLetterSource.EVENT
+    assert dead_letter.reason == DeadLetterReason.POISON_MESSAGE
+    assert NO_ADDRESS in dead_letter.last_error
+    assert json.loads(dead_letter.raw_body)["order_id"] == 60
+    assert Notification.objects.count() == 0
+
+
+def test_the_rejection_reason_reaches_a_dlq_consumer_started_after_the_rejecting_one_stopped() -> None:
+    config = get_config().events
+    with start_consumer("--no-dead-letters"):
+        publish(order(61), message_id="m-61")
+        publish(order(61))  # the same body without a message id: another message, the same reason
+        wait_until(lambda: queue_depth(config.dlq) == 2, timeout=20, message="both in notifications.dlq")
+    with start_consumer():
+        wait_until(lambda: DeadLetter.objects.count() == 2, timeout=20, message="recorded by the second consumer")
+    for dead_letter in DeadLetter.objects.all():
+        assert dead_letter.reason == DeadLetterReason.POISON_MESSAGE
+        assert NO_ADDRESS in dead_letter.last_error
+
+
+@pytest.mark.parametrize(
+    ("death_reason", "reason", "error"),
+    [
+        (b"rejected", DeadLetterReason.POISON_MESSAGE, "rejected by the consumer; see its log"),
+        (None, DeadLetterReason.POISON_MESSAGE, "rejected by the consumer; see its log"),
+        (b"delivery_limit", DeadLetterReason.REDELIVERY_LIMIT, "delivery limit"),
+        (b"expired", DeadLetterReason.POISON_MESSAGE, "dead-lettered by RabbitMQ (expired)"),
+    ],
+)
+def test_a_valid_body_with_no_noted_rejection_is_recorded_from_x_death_without_guessing(
+    death_reason: bytes | None, reason: str, error: str
+) -> None:
+    body = json.dumps(order(62, user_id="nobody-noted-this")).encode()
+    headers = {} if death_reason is None else {"x-death": [{"reason": death_reason, "routing-keys": [b"order.created"]}]}
+    dead_letter = events.dead_letter_ingest(body=body, routing_key="order.created", headers=headers, message_id="m-62")
+    assert dead_letter.reason == reason
+    assert error in dead_letter.last_error
+
+
+def test_a_noted_rejection_is_used_for_a_consumer_reject_but_not_for_rabbitmqs_own_delivery_limit() -> None:
+    body = json.dumps(order(63)).encode()
+    identity = events.message_identity(body=body, routing_key="order.created", message_id="m-63")
+    events.rejection_notes().note(identity, reason=DeadLetterReason.POISON_MESSAGE, error="validation_failed: " + NO_ADDRESS)
+    rejected = {"x-death": [{"reason": b"rejected", "routing-keys": [b"order.created"]}]}
+    noted = events.dead_letter_ingest(body=body, routing_key="", headers=rejected, message_id="m-63")
+    assert (noted.reason, noted.last_error) == (DeadLetterReason.POISON_MESSAGE, "validation_failed: " + NO_ADDRESS)
+    # Another message (no id) with the same body was not noted.
+    other = events.dead_letter_ingest(body=body, routing_key="", headers=rejected)
+    assert other.last_error == "rejected by the consumer; see its log"
+    limit = {"x-death": [{"reason": b"delivery_limit", "routing-keys": [b"order.created"]}]}
+    assert events.dead_letter_ingest(body=body, routing_key="", headers=limit, message_id="m-63").reason == (
+        DeadLetterReason.REDELIVERY_LIMIT
+    )
+
+
+def test_rejection_notes_survive_a_restart_in_the_cache_and_a_cache_outage_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    notes = events.RejectionNotes(ttl_seconds=60)
+    notes.note("id-restart", reason=DeadLetterReason.POISON_MESSAGE, error="first")
+    # A new process (new notes) finds it in the cache.
+    assert events.RejectionNotes(ttl_seconds=60).get("id-restart") == (DeadLetterReason.POISON_MESSAGE, "first")
+
+    def redis_down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(events.cache, "set", redis_down)
+    monkeypatch.setattr(events.cache, "get", redis_down)
+    notes.note("id-outage", reason=DeadLetterReason.REDELIVERY_LIMIT, error="second")
+    assert notes.get("id-outage") == (DeadLetterReason.REDELIVERY_LIMIT, "second")
+    assert events.RejectionNotes(ttl_seconds=60).get("id-outage") is None
+    monkeypatch.undo()
+    small = events.RejectionNotes(ttl_seconds=60)
+    small.max_local = 2
+    monkeypatch.setattr(events.cache, "set", redis_down)
+    monkeypatch.setattr(events.cache, "get", redis_down)
+    for n in range(3):
+        small.note(f"id-bounded-{n}", reason=DeadLetterReason.POISON_MESSAGE, error=str(n))
+    assert small.get("id-bounded-0") is None
+    assert small.get("id-bounded-2") == (DeadLetterReason.POISON_MESSAGE, "2")
+
+
 def postgres_url(database: str | None = None) -> str:
     url = database_url().replace("postgres://", "postgresql://", 1)
     return url if database is None else url.rsplit("/", 1)[0] + f"/{database}"
@@ -337,6 +429,9 @@ def test_an_event_requeued_more_than_the_limit_goes_to_the_dlq_and_is_recorded_w
             wait_until(lambda: "cannot record a dead-lettered event yet" in consumer.output(), timeout=20)
         dead_letter = wait_until(lambda: DeadLetter.objects.first(), timeout=20, message="recorded")
     assert dead_letter.reason == DeadLetterReason.REDELIVERY_LIMIT
+    # The consumer's own words, from its note: the count and the last transient error.
+    assert "failed transiently 3 times (redelivery limit)" in dead_letter.last_error
+    assert "OperationalError" in dead_letter.last_error
     assert json.loads(dead_letter.raw_body)["order_id"] == 46
     assert consumer.output().count("transient failure") == 2
     assert Notification.objects.count() == 0
