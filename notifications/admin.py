@@ -20,6 +20,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -556,7 +557,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             request,
             dead_letters,
             action=action,
-            title=f"{verb} {total} dead letters?",
+            title=f"{verb} {total} dead letter{pluralize(total)}?",
             verb=verb,
             total=total,
             select_across=select_across,

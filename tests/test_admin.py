@@ -643,6 +643,7 @@ def test_purge_deletes_old_finished_notifications_attempts_and_expired_keys_but_
     out = io.StringIO()
 
     call_command("purge_notifications", "--older-than", "30d", "--batch-size", "1", stdout=out)
+    assert out.getvalue().rstrip().endswith("(older than 30 days)")
 
     remaining = set(Notification.objects.values_list("pk", flat=True))
     assert remaining == {old_pending.pk, unresolved.notification_id, recent.pk}

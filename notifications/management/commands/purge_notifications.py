@@ -32,6 +32,16 @@ def parse_age(value: str) -> timedelta:
     return timedelta(**{unit: count})
 
 
+def describe_age(age: timedelta) -> str:
+    """``30 days`` rather than timedelta's ``30 days, 0:00:00``."""
+    seconds = int(age.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds} seconds"
+
+
 class Command(BaseCommand):
     help = (
         "Delete finished notifications older than --older-than (default: RETENTION_DAYS) with their attempts, "
@@ -50,5 +60,5 @@ class Command(BaseCommand):
         self.stdout.write(
             f"deleted {report.notifications} notifications, {report.attempts} attempts, "
             f"{report.dead_letters} resolved dead letters, {report.idempotency_keys} expired idempotency keys, "
-            f"{report.processed_events} expired event dedup records (older than {age})"
+            f"{report.processed_events} expired event dedup records (older than {describe_age(age)})"
         )
