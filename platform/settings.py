@@ -278,6 +278,10 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
+        # Replace Django's default handlers (a plain-text console in DEBUG), or every django.*
+        # line would print twice: once plain, once as JSON through the root.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django.db.backends": {"level": "INFO"},
         "pika": {"level": "WARNING"},
         # pika warns on every Channel.Close, including the 404 of the scrape-time queue-size probe
