@@ -485,18 +485,23 @@ def test_the_consumer_reconnects_after_the_broker_drops_its_connection(recipient
         wait_until(lambda: Notification.objects.filter(metadata__order_id=47).exists(), timeout=20, message="processed")
 
 
-def test_sigterm_finishes_and_acks_the_message_in_hand_and_loses_nothing(recipient: None) -> None:
+@pytest.mark.parametrize(("signum", "first"), [(signal.SIGTERM, 48), (signal.SIGINT, 58)], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_finishes_and_acks_the_message_in_hand_and_loses_nothing(
+    recipient: None, signum: signal.Signals, first: int
+) -> None:
     config = get_config().events
-    # Hold the dedup claim of order 48 in an open transaction: the consumer's insert waits on it,
+    held, queued = first, [first + 1, first + 2]
+    # Hold the dedup claim of the first order in an open transaction: the consumer's insert waits on it,
     # so the signal arrives while that message is certainly in hand.
     with psycopg.connect(postgres_url()) as blocker:
         blocker.execute(
             "INSERT INTO notifications_processedevent (event_key, routing_key, created_at, expires_at)"
-            " VALUES ('order.created:48', '', now(), now() + interval '1 day')"
+            " VALUES (%s, '', now(), now() + interval '1 day')",
+            (f"order.created:{held}",),
         )
         consumer = start_consumer()
         try:
-            for order_id in (48, 49, 50):
+            for order_id in (held, *queued):
                 publish(order(order_id))
 
             def consumer_waits_on_the_lock() -> bool:
@@ -508,18 +513,18 @@ def test_sigterm_finishes_and_acks_the_message_in_hand_and_loses_nothing(recipie
                 return bool(row and row[0])
 
             wait_until(consumer_waits_on_the_lock, timeout=20, message="consumer blocked on the claim")
-            consumer.signal(signal.SIGTERM)
-            wait_until(lambda: "SIGTERM received" in consumer.output(), timeout=10)
+            consumer.signal(signum)
+            wait_until(lambda: f"{signum.name} received" in consumer.output(), timeout=10)
             assert consumer.process.poll() is None
             blocker.rollback()
             assert consumer.process.wait(timeout=20) == 0, consumer.output()
         finally:
             consumer.stop()
-    assert Notification.objects.filter(metadata__order_id=48).count() == 1
+    assert Notification.objects.filter(metadata__order_id=held).count() == 1
     assert "event consumer stopped" in consumer.output()
     # The two prefetched but unprocessed events went back to the queue.
     assert queue_depth(config.queue) == 2
-    assert not Notification.objects.filter(metadata__order_id__in=[49, 50]).exists()
+    assert not Notification.objects.filter(metadata__order_id__in=queued).exists()
 
 
 # --- Tracing ---------------------------------------------------------------------------------------
