@@ -11,6 +11,5 @@ RUN DEBUG=true python manage.py collectstatic --no-input -v0 \
 USER app
 ENV DEBUG=false STATIC_ROOT=/app/var/static
 EXPOSE 8000
-# One gunicorn process with threads: /metrics then describes the whole container (several worker
-# processes would each answer a scrape with their own counters). Scale with replicas.
-CMD ["python", "-m", "gunicorn", "platform.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "1", "--worker-class", "gthread", "--threads", "8", "--access-logfile", "-"]
+# Bind, one threaded process and JSON logs: gunicorn.conf.py.
+CMD ["python", "-m", "gunicorn", "platform.wsgi:application"]

@@ -31,13 +31,13 @@ test: install lint
 	scripts/test.sh
 
 lint: install
-	$(PY) -m ruff check notifications platform tests bench manage.py
-	$(PY) -m ruff format --check notifications platform tests bench manage.py
+	$(PY) -m ruff check notifications platform tests bench manage.py gunicorn.conf.py
+	$(PY) -m ruff format --check notifications platform tests bench manage.py gunicorn.conf.py
 	$(PY) -m mypy notifications platform
 
 format: install
-	$(PY) -m ruff check --fix notifications platform tests bench manage.py
-	$(PY) -m ruff format notifications platform tests bench manage.py
+	$(PY) -m ruff check --fix notifications platform tests bench manage.py gunicorn.conf.py
+	$(PY) -m ruff format notifications platform tests bench manage.py gunicorn.conf.py
 
 ## Re-resolve the dependencies of pyproject.toml into requirements.lock.
 lock:

@@ -166,15 +166,16 @@ def test_a_real_worker_process_logs_json_lines_with_the_trace_and_notification_i
     assert complaints == [], complaints
 
 
-def test_the_gunicorn_web_process_writes_its_access_lines_as_json(tmp_path: Path) -> None:
+def test_the_gunicorn_web_process_writes_every_line_as_json(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as out:
         web = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "platform.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-             "--worker-class", "gthread", "--threads", "2", "--access-logfile", "-", "--control-socket", str(tmp_path / "ctl")],
+            # gunicorn.conf.py (what the image runs) gives the rest: threads, access log, JSON logging.
+            [sys.executable, "-m", "gunicorn", "platform.wsgi:application", "--bind", f"127.0.0.1:{port}",
+             "--control-socket", str(tmp_path / "ctl")],
             cwd=ROOT,
             env=platform_env(LOG_FORMAT="json"),
             stdout=out,
@@ -200,6 +201,11 @@ def test_the_gunicorn_web_process_writes_its_access_lines_as_json(tmp_path: Path
         web.terminate()
         web.wait(timeout=30)
     assert line["level"] == "INFO" and " 200 " in str(line["message"])
+    # The master's start-up lines too ("Starting gunicorn", "Booting worker"), before Django loads.
+    text = log.read_text()
+    assert "Starting gunicorn" in text
+    not_json = [raw for raw in text.splitlines() if raw.strip() and not raw.lstrip().startswith("{")]
+    assert not_json == [], not_json
 
 
 def test_an_events_notification_continues_the_process_span_through_deliver_to_the_provider(
