@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from . import metrics, tracing
@@ -445,9 +445,17 @@ def _notification_claim(notification: Notification) -> DeliveryAttempt | None:
         )
         if not won:
             return None
-        # Only what the claim changed: a full refresh would drop the prefetched client.
-        notification.refresh_from_db(fields=["status", "claimed_at", "attempt_count", "updated_at"])
-        number = (notification.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+        # Read back only what the claim changed (a full refresh would drop the prefetched client),
+        # with the last attempt's number, in one query.
+        claimed = (
+            Notification.objects.filter(pk=notification.pk)
+            .annotate(last_number=Max("attempts__number"))
+            .values("status", "claimed_at", "attempt_count", "updated_at", "last_number")
+            .get()
+        )
+        for field in ("status", "claimed_at", "attempt_count", "updated_at"):
+            setattr(notification, field, claimed[field])
+        number = (claimed["last_number"] or 0) + 1
         return DeliveryAttempt.objects.create(notification=notification, number=number, started_at=now)
 
 
