@@ -123,6 +123,33 @@ def test_spans_are_exported_only_when_the_otel_variables_ask_for_it() -> None:
         assert tracing._span_exporter() is None
 
 
+INSTRUMENTED = (
+    "from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor as P;"
+    "from opentelemetry.instrumentation.redis import RedisInstrumentor as R;"
+    "from opentelemetry.instrumentation.requests import RequestsInstrumentor as Q;"
+    "from opentelemetry.instrumentation.django import DjangoInstrumentor as D;"
+    "print([i().is_instrumented_by_opentelemetry for i in (D, P, R, Q)])"
+)
+
+
+@pytest.mark.parametrize(
+    ("exporter", "expected"),
+    [("", "[True, False, False, False]"), ("console", "[True, True, True, True]")],
+    ids=["not exporting", "exporting"],
+)
+def test_database_redis_and_http_calls_are_traced_only_when_spans_are_exported(exporter: str, expected: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", INSTRUMENTED],
+        cwd=ROOT,
+        env=platform_env(OTEL_TRACES_EXPORTER=exporter, OTEL_EXPORTER_OTLP_ENDPOINT=""),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == expected
+
+
 def json_lines(output: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
