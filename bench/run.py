@@ -48,7 +48,6 @@ BENCH_ENV = {
     "EMAIL_PROVIDER": NOOP_PROVIDER,
     "LOG_LEVEL": "WARNING",
     "LOG_FORMAT": "text",
-    "OTEL_SDK_DISABLED": "true",
 }
 
 
