@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -159,10 +160,20 @@ class Notification(models.Model):
         return f"{self.channel} to {self.address} ({self.status})"
 
     @classmethod
-    def transition(cls, notification_id: Any, to: str, *, only_from: list[str] | None = None, **fields: Any) -> bool:
+    def transition(
+        cls,
+        notification_id: Any,
+        to: str,
+        *,
+        only_from: list[str] | None = None,
+        only_claimed_at: datetime | None = None,
+        **fields: Any,
+    ) -> bool:
         """Move one notification to ``to`` if its current status allows it; True if this call won.
 
         ``only_from`` narrows the allowed sources further (e.g. a claim only from pending states).
+        ``only_claimed_at`` ends one claim only: a send that finishes after the sweeper recovered it
+        (and another worker maybe claimed it again) must not overwrite what they did.
         """
         sources = sources_of(to)
         if only_from is not None:
@@ -170,9 +181,10 @@ class Notification(models.Model):
             if unknown:
                 raise InvalidTransition(f"{sorted(unknown)} -> {to} is not a transition the platform makes")
             sources = list(only_from)
-        updated = cls.objects.filter(pk=notification_id, status__in=sources).update(
-            status=to, updated_at=django_timezone.now(), **fields
-        )
+        current = cls.objects.filter(pk=notification_id, status__in=sources)
+        if only_claimed_at is not None:
+            current = current.filter(claimed_at=only_claimed_at)
+        updated = current.update(status=to, updated_at=django_timezone.now(), **fields)
         return updated == 1
 
     @property

@@ -38,7 +38,6 @@ from .errors import (
     ValidationFailed,
 )
 from .models import (
-    TRANSITIONS,
     ApiClient,
     AttemptOutcome,
     DeadLetter,
@@ -460,15 +459,8 @@ def _notification_claim(notification: Notification) -> DeliveryAttempt | None:
 
 
 def _claim_finish(notification_id: Any, *, claimed_at: datetime, to: str, **fields: Any) -> bool:
-    """End a claim: move the notification out of ``sending`` only while it is still the claim made
-    at ``claimed_at``. A send that ends after the sweeper recovered it (and maybe another worker
-    claimed it again) must not overwrite what they did; True if this claim was still current."""
-    if to not in TRANSITIONS[Status.SENDING]:
-        raise InvalidTransition(f"{Status.SENDING} -> {to} is not a transition the platform makes")
-    updated = Notification.objects.filter(pk=notification_id, status=Status.SENDING, claimed_at=claimed_at).update(
-        status=to, updated_at=timezone.now(), **fields
-    )
-    return updated == 1
+    """End the claim made at ``claimed_at``: out of ``sending`` only while it is still that claim."""
+    return Notification.transition(notification_id, to, only_from=[Status.SENDING], only_claimed_at=claimed_at, **fields)
 
 
 def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> DeliveryOutcome:
