@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max, Q
+from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from . import metrics, tracing
@@ -38,6 +38,7 @@ from .errors import (
     ValidationFailed,
 )
 from .models import (
+    FINISHED_STATUSES,
     ApiClient,
     AttemptOutcome,
     DeadLetter,
@@ -48,6 +49,7 @@ from .models import (
     IdempotencyKeyState,
     Notification,
     Priority,
+    ProcessedEvent,
     Recipient,
     Resolution,
     Status,
@@ -709,10 +711,6 @@ def notification_purge(*, older_than: timedelta, batch_size: int = 1000, now: da
     resolved dead letters, and expired idempotency keys and event dedup records, one short
     transaction per batch so the tables are never locked for long. A notification with an
     unresolved dead letter is kept, and so is every unresolved dead letter."""
-    from django.db.models import Exists, OuterRef
-
-    from .models import FINISHED_STATUSES, ProcessedEvent
-
     now = now or timezone.now()
     cutoff = now - older_than
     report = PurgeReport()
@@ -725,16 +723,19 @@ def notification_purge(*, older_than: timedelta, batch_size: int = 1000, now: da
             report.attempts += DeliveryAttempt.objects.filter(notification_id__in=batch).delete()[0]
             report.dead_letters += DeadLetter.objects.filter(notification_id__in=batch).delete()[0]
             report.notifications += Notification.objects.filter(pk__in=batch).delete()[0]
-    old_resolved = DeadLetter.objects.filter(notification__isnull=True, resolved_at__lt=cutoff).exclude(
-        resolution=Resolution.UNRESOLVED
+    report.dead_letters += _delete_in_batches(
+        DeadLetter.objects.filter(notification__isnull=True, resolved_at__lt=cutoff).exclude(resolution=Resolution.UNRESOLVED),
+        batch_size,
     )
-    while dead_letter_ids := list(old_resolved.values_list("pk", flat=True)[:batch_size]):
-        report.dead_letters += DeadLetter.objects.filter(pk__in=dead_letter_ids).delete()[0]
-    expired = IdempotencyKey.objects.filter(expires_at__lt=now)
-    while key_ids := list(expired.values_list("pk", flat=True)[:batch_size]):
-        report.idempotency_keys += IdempotencyKey.objects.filter(pk__in=key_ids, expires_at__lt=now).delete()[0]
+    report.idempotency_keys += _delete_in_batches(IdempotencyKey.objects.filter(expires_at__lt=now), batch_size)
     # The consumer only replaces an expired dedup record when the same event key comes again.
-    expired_events = ProcessedEvent.objects.filter(expires_at__lt=now)
-    while event_ids := list(expired_events.values_list("pk", flat=True)[:batch_size]):
-        report.processed_events += ProcessedEvent.objects.filter(pk__in=event_ids, expires_at__lt=now).delete()[0]
+    report.processed_events += _delete_in_batches(ProcessedEvent.objects.filter(expires_at__lt=now), batch_size)
     return report
+
+
+def _delete_in_batches(rows: QuerySet[Any], batch_size: int) -> int:
+    """Delete ``rows`` ``batch_size`` at a time; each batch re-checks the filter as it deletes."""
+    deleted = 0
+    while ids := list(rows.values_list("pk", flat=True)[:batch_size]):
+        deleted += rows.filter(pk__in=ids).delete()[0]
+    return deleted
