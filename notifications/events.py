@@ -302,7 +302,6 @@ def _process(*, body: bytes, routing_key: str) -> ProcessResult:
     config = get_config()
     event = decode_order_created(body)
     now = timezone.now()
-    ProcessedEvent.objects.filter(event_key=event.key, expires_at__lte=now).delete()
     message = render_order_created(event)
     request = services.NotificationRequest(
         user_id=event.user_id,
@@ -314,15 +313,8 @@ def _process(*, body: bytes, routing_key: str) -> ProcessResult:
     )
     try:
         with transaction.atomic():
-            try:
-                with transaction.atomic():
-                    claim = ProcessedEvent.objects.create(
-                        event_key=event.key,
-                        routing_key=routing_key,
-                        created_at=now,
-                        expires_at=now + dt.timedelta(seconds=config.events.dedup_ttl_seconds),
-                    )
-            except IntegrityError:
+            claim = _event_claim(event.key, routing_key=routing_key, now=now, ttl_seconds=config.events.dedup_ttl_seconds)
+            if claim is None:
                 return ProcessResult("duplicate", event_key=event.key)
             client = services.api_client_get_or_create(name=config.events_api_client)
             accepted = services.notification_accept(
@@ -336,6 +328,22 @@ def _process(*, body: bytes, routing_key: str) -> ProcessResult:
         # e.g. no stored address for the user: the same event will fail the same way every time.
         raise MalformedEvent(f"{exc.code}: {exc.message}") from None
     return ProcessResult("success", event_key=event.key, notification_id=accepted.notification_id)
+
+
+def _event_claim(key: str, *, routing_key: str, now: dt.datetime, ttl_seconds: int) -> ProcessedEvent | None:
+    """Claim the event by a unique insert; None when it is claimed already. A claim past its expiry
+    is replaced here, on the conflict, so the usual case costs one INSERT (purge_notifications
+    removes the expired ones nobody sends again)."""
+    for _ in range(2):
+        try:
+            with transaction.atomic():
+                return ProcessedEvent.objects.create(
+                    event_key=key, routing_key=routing_key, created_at=now, expires_at=now + dt.timedelta(seconds=ttl_seconds)
+                )
+        except IntegrityError:
+            if not ProcessedEvent.objects.filter(event_key=key, expires_at__lte=now).delete()[0]:
+                return None
+    return None
 
 
 def _event_key_of(body: bytes) -> str:

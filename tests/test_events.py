@@ -11,6 +11,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import dramatiq
@@ -22,6 +23,7 @@ from django.core import mail
 from django.core.management import call_command
 from django.db import connection, connections
 from django.urls import reverse
+from django.utils import timezone
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -256,6 +258,24 @@ def test_the_same_event_three_times_makes_one_notification_and_two_duplicates(re
     assert Notification.objects.filter(metadata__order_id=43).count() == 1
     assert Notification.objects.get(metadata__order_id=43).address == "given@example.com"
     assert queue_depth(get_config().events.queue) == 0
+
+
+def test_a_claim_past_its_expiry_is_replaced_and_a_live_one_makes_a_duplicate(recipient: None) -> None:
+    now = timezone.now()
+    ProcessedEvent.objects.create(
+        event_key="order.created:44",
+        routing_key="order.created",
+        created_at=now - timedelta(days=2),
+        expires_at=now - timedelta(days=1),
+    )
+
+    first = events.event_process(body=json.dumps(order(44)).encode(), routing_key="order.created")
+    again = events.event_process(body=json.dumps(order(44)).encode(), routing_key="order.created")
+
+    assert (first.status, again.status) == ("success", "duplicate")
+    claim = ProcessedEvent.objects.get(event_key="order.created:44")
+    assert claim.expires_at > now and str(claim.notification_id) == first.notification_id
+    assert Notification.objects.filter(metadata__order_id=44).count() == 1
 
 
 def test_malformed_events_go_to_the_dlq_and_become_dead_letters_that_can_be_republished(admin_client: Any) -> None:
