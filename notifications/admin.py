@@ -452,7 +452,8 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         operation: Callable[..., services.RedriveResult],
         verb: str,
         log_message: str,
-    ) -> tuple[int, int, list[str]]:
+    ) -> None:
+        """Run ``operation`` (a dead-letter service) on each, log what it did, report N done, M skipped."""
         done = skipped = 0
         details: list[str] = []
         for dead_letter in dead_letters:
@@ -463,21 +464,16 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             else:
                 skipped += 1
                 details.append(f"#{dead_letter.pk} skipped ({result.detail})")
-        return done, skipped, details
-
-    def _report_result(self, request: HttpRequest, done: int, skipped: int, details: list[str], verb: str) -> None:
         text = _report(done, skipped, verb)
         if details:
             text += ": " + "; ".join(details[:20])
         self.message_user(request, text, messages.SUCCESS if done and not skipped else messages.WARNING)
 
     def _retry(self, request: HttpRequest, dead_letters: Iterable[DeadLetter]) -> None:
-        done, skipped, details = self._apply(request, dead_letters, services.dead_letter_redrive, "retried", "Retried")
-        self._report_result(request, done, skipped, details, "retried")
+        self._apply(request, dead_letters, services.dead_letter_redrive, "retried", "Retried")
 
     def _discard(self, request: HttpRequest, dead_letters: Iterable[DeadLetter]) -> None:
-        done, skipped, details = self._apply(request, dead_letters, services.dead_letter_discard, "discarded", "Discarded")
-        self._report_result(request, done, skipped, details, "discarded")
+        self._apply(request, dead_letters, services.dead_letter_discard, "discarded", "Discarded")
 
     def retry_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         if not self.has_retry_permission(request):
