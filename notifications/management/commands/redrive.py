@@ -8,6 +8,7 @@ import dramatiq
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Q
 
 from notifications import services
 from notifications.models import DeadLetter, Resolution
@@ -30,28 +31,21 @@ class Command(BaseCommand):
             if by is None:
                 raise CommandError(f"no user named {user!r}")
         wanted = set(dead_letter_ids)
-        queryset = DeadLetter.objects.filter(pk__in=wanted)
-        if all_unresolved:
-            queryset = DeadLetter.objects.filter(pk__in=wanted) | DeadLetter.objects.filter(resolution=Resolution.UNRESOLVED)
-        dead_letters = list(queryset.order_by("pk"))
-        retried = skipped = 0
-        for missing in sorted(wanted - {dead_letter.pk for dead_letter in dead_letters}):
+        selected = Q(pk__in=wanted) | Q(resolution=Resolution.UNRESOLVED) if all_unresolved else Q(pk__in=wanted)
+        dead_letters = list(DeadLetter.objects.filter(selected).order_by("pk"))
+        unknown = sorted(wanted - {dead_letter.pk for dead_letter in dead_letters})
+        retried = 0
+        for missing in unknown:
             self.stdout.write(f"dead letter {missing}: skipped (no such dead letter)")
-            skipped += 1
         for dead_letter in dead_letters:
             result = services.dead_letter_redrive(dead_letter=dead_letter, by=by)
-            if result.done:
-                retried += 1
-                self.stdout.write(f"dead letter {dead_letter.pk}: {result.detail}")
-            else:
-                skipped += 1
-                self.stdout.write(f"dead letter {dead_letter.pk}: skipped ({result.detail})")
-        self.stdout.write(f"{retried} retried, {skipped} skipped")
+            retried += result.done
+            self.stdout.write(f"dead letter {dead_letter.pk}: {result.detail if result.done else f'skipped ({result.detail})'}")
+        self.stdout.write(f"{retried} retried, {len(unknown) + len(dead_letters) - retried} skipped")
         if retried and settings.BROKER_IS_EMBEDDED:
             self._deliver_in_process()
-        unknown = wanted - {dead_letter.pk for dead_letter in dead_letters}
         if unknown:
-            raise CommandError(f"no dead letter with id {', '.join(map(str, sorted(unknown)))}")
+            raise CommandError(f"no dead letter with id {', '.join(map(str, unknown))}")
 
     def _deliver_in_process(self) -> None:
         """The embedded broker lives and dies with this command: deliver what it queued before
