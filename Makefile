@@ -34,6 +34,7 @@ lint: install
 	$(PY) -m ruff check notifications platform tests bench manage.py gunicorn.conf.py
 	$(PY) -m ruff format --check notifications platform tests bench manage.py gunicorn.conf.py
 	$(PY) -m mypy notifications platform
+	$(VENV)/bin/lint-imports
 
 format: install
 	$(PY) -m ruff check --fix notifications platform tests bench manage.py gunicorn.conf.py

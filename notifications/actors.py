@@ -5,27 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import dramatiq
-from dramatiq import Retry
+from dramatiq.middleware import CurrentMessage
 
 from . import services
+from .conf import DELIVERY_ROUTES
 
-HIGH_QUEUE = "notifications.high"
-BULK_QUEUE = "notifications.bulk"
 # Unexpected errors (the database briefly gone, say) get a few broker retries; the row's state
-# lets the sweeper pick the notification up again after that in any case.
+# lets the sweeper pick the notification up again after that in any case. Our delivery retries
+# live in the database (services), so this budget is only for errors nobody modelled.
 UNEXPECTED_ERROR_RETRIES = 3
 
-
-def _retry_when(retries: int, exception: BaseException) -> bool:
-    # A rate-limit wait arrives as Retry: always retried and never counted against a budget. Our
-    # delivery retries live in the database (services), so the broker's count is not consulted.
-    if isinstance(exception, Retry):
-        return True
-    return retries < UNEXPECTED_ERROR_RETRIES
-
-
 _ACTOR_OPTIONS: dict[str, Any] = {
-    "retry_when": _retry_when,
+    "max_retries": UNEXPECTED_ERROR_RETRIES,
     "min_backoff": 1_000,
     "max_backoff": 30_000,
     "time_limit": 120_000,
@@ -36,18 +27,32 @@ def _deliver(notification_id: str) -> None:
     try:
         services.notification_deliver(notification_id=notification_id)
     except services.SendRateLimited as limited:
-        raise Retry(str(limited), delay=max(1, int(limited.retry_after * 1000))) from None
+        _wait_for_send_slot(limited.retry_after)
 
 
-@dramatiq.actor(actor_name="deliver_notification", queue_name=HIGH_QUEUE, priority=0, **_ACTOR_OPTIONS)
+def _wait_for_send_slot(seconds: float) -> None:
+    """Put the message in hand back on its queue after ``seconds``, as it is.
+
+    Our own rate limit is a wait, not an attempt. Dramatiq's Retries middleware counts every
+    exception it sees, ``Retry`` included (dramatiq 2.x ``middleware/retries.py``), so raising
+    ``Retry`` here would spend the unexpected-error budget on waits; re-enqueueing the same
+    message keeps its ``retries`` count and its trace context, and the actor returns normally.
+    """
+    message = CurrentMessage.get_current_message()
+    if message is None:  # called outside a worker (a direct call in a test): nothing to requeue
+        raise services.SendRateLimited(seconds)
+    dramatiq.get_broker().enqueue(message, delay=max(1, int(seconds * 1000)))
+
+
+@dramatiq.actor(
+    actor_name=DELIVERY_ROUTES["high"].actor_name, queue_name=DELIVERY_ROUTES["high"].queue_name, priority=0, **_ACTOR_OPTIONS
+)
 def deliver_notification(notification_id: str) -> None:
     _deliver(notification_id)
 
 
-@dramatiq.actor(actor_name="deliver_bulk_notification", queue_name=BULK_QUEUE, priority=10, **_ACTOR_OPTIONS)
+@dramatiq.actor(
+    actor_name=DELIVERY_ROUTES["bulk"].actor_name, queue_name=DELIVERY_ROUTES["bulk"].queue_name, priority=10, **_ACTOR_OPTIONS
+)
 def deliver_bulk_notification(notification_id: str) -> None:
     _deliver(notification_id)
-
-
-def actor_for_priority(priority: str) -> dramatiq.Actor:  # type: ignore[type-arg]
-    return deliver_bulk_notification if priority == "bulk" else deliver_notification

@@ -7,18 +7,86 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import pika
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-CHANNELS = ("email", "sms", "push", "webhook")
+from .channels.registry import CHANNEL_NAMES, CHANNELS
+
+# Delivery messages go to one queue per priority, addressed to its actor by name: the actors
+# declare themselves with these names, and services enqueue by them without importing actors.
+HIGH_QUEUE = "notifications.high"
+BULK_QUEUE = "notifications.bulk"
+
+
+@dataclass(frozen=True)
+class DeliveryRoute:
+    queue_name: str
+    actor_name: str
+
+
+DELIVERY_ROUTES = {
+    "high": DeliveryRoute(HIGH_QUEUE, "deliver_notification"),
+    "bulk": DeliveryRoute(BULK_QUEUE, "deliver_bulk_notification"),
+}
+
+
+def delivery_route(priority: str) -> DeliveryRoute:
+    return DELIVERY_ROUTES.get(priority, DELIVERY_ROUTES["high"])
+
+
 # ``channel=N/s`` for the whole channel, or ``channel:account=N/s`` for one provider account (a
 # Twilio account SID, an FCM project id, an SMTP login), which then has a bucket of its own.
 _RATE_RE = re.compile(
     r"^\s*(?P<channel>[a-z_]+)(?::(?P<account>[^\s=:,]+))?\s*=\s*(?P<count>\d+(?:\.\d+)?)\s*/\s*(?P<unit>s|m|h)\s*$"
 )
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+# Every option's default. ``settings.NOTIFICATIONS`` holds what the environment set (None when
+# unset); the variable behind each key is the key itself unless ENVIRONMENT_NAMES says otherwise.
+DEFAULTS: dict[str, Any] = {
+    "IDEMPOTENCY_KEY_TTL_SECONDS": 24 * 3600,
+    "MAX_MESSAGE_BYTES": 64 * 1024,
+    "RATE_LIMITS": "email=50/s,sms=10/s,push=100/s,webhook=20/s",
+    "RETRY_BASE_SECONDS": 5.0,
+    "RETRY_CAP_SECONDS": 300.0,
+    "RETRY_MAX_ATTEMPTS": 5,
+    "RETRY_POLICIES": "",
+    "SWEEPER_INTERVAL_SECONDS": 1.0,
+    "QUEUED_TIMEOUT_SECONDS": 120.0,
+    # Past the actor's time limit (120 s) so a slow send is not recovered while still in flight.
+    "SENDING_TIMEOUT_SECONDS": 300.0,
+    "BROKER_DELAY_MAX_SECONDS": 30.0,
+    "RETENTION_DAYS": 30,
+    "WEBHOOK_ALLOW_HOSTS": [],
+    "WEBHOOK_TIMEOUT_SECONDS": 10.0,
+    "PROVIDERS": {},
+    "TWILIO_API_BASE": "https://api.twilio.com",
+    "TWILIO_ACCOUNT_SID": "",
+    "TWILIO_AUTH_TOKEN": "",
+    "TWILIO_FROM_NUMBER": "",
+    "FCM_API_BASE": "https://fcm.googleapis.com",
+    "FCM_PROJECT_ID": "",
+    "FCM_ACCESS_TOKEN": "",
+    "PROVIDER_TIMEOUT_SECONDS": 10.0,
+    "EVENTS_API_CLIENT": "events",
+    "EVENTS_EXCHANGE": "orders",
+    "EVENTS_QUEUE": "notifications",
+    "EVENTS_ROUTING_KEY": "order.created",
+    "EVENTS_DLX": "orders.dlq",
+    "EVENTS_DLQ": "notifications.dlq",
+    "EVENTS_PREFETCH": 10,
+    "EVENTS_MAX_REDELIVERIES": 10,
+    "EVENTS_QUORUM_QUEUES": False,
+    "EVENTS_TRANSIENT_RETRY_SECONDS": 2.0,
+    "EVENTS_RECONNECT_BASE_SECONDS": 5.0,
+    "EVENTS_RECONNECT_CAP_SECONDS": 300.0,
+    "EVENTS_DEDUP_TTL_SECONDS": 24 * 3600,
+}
+ENVIRONMENT_NAMES = {"RATE_LIMITS": "NOTIFICATIONS_RATE_LIMITS", "RETRY_POLICIES": "NOTIFICATIONS_RETRY_POLICIES"}
 
 
 @dataclass(frozen=True)
@@ -83,7 +151,6 @@ class NotificationsConfig:
     fcm_api_base: str
     fcm_project_id: str
     fcm_access_token: str = field(repr=False)
-    raw: dict[str, Any] = field(repr=False)
 
     def retry_policy(self, channel: str) -> RetryPolicy:
         return self.retry_policies.get(channel, self.default_retry_policy)
@@ -110,9 +177,9 @@ def parse_rate_limits(value: str) -> dict[str, RateLimit]:
                 "e.g. NOTIFICATIONS_RATE_LIMITS='email=50/s,sms=10/s,push=100/s,webhook=20/s'"
             )
         channel, count = match["channel"], float(match["count"])
-        if channel not in CHANNELS:
+        if channel not in CHANNEL_NAMES:
             raise ImproperlyConfigured(
-                f"NOTIFICATIONS_RATE_LIMITS: unknown channel {channel!r}; channels are {', '.join(CHANNELS)}"
+                f"NOTIFICATIONS_RATE_LIMITS: unknown channel {channel!r}; channels are {', '.join(CHANNEL_NAMES)}"
             )
         if count <= 0:
             raise ImproperlyConfigured(f"NOTIFICATIONS_RATE_LIMITS: the limit for {channel} must be above zero")
@@ -121,14 +188,14 @@ def parse_rate_limits(value: str) -> dict[str, RateLimit]:
     return limits
 
 
-def parse_retry_policies(value: str, default: RetryPolicy) -> dict[str, RetryPolicy]:
+def parse_retry_policies(value: str) -> dict[str, RetryPolicy]:
     """Parse ``"sms=2:60:3,webhook=10:600:8"`` as channel=base_seconds:cap_seconds:max_attempts."""
     policies: dict[str, RetryPolicy] = {}
     for part in filter(None, (p.strip() for p in value.split(","))):
         channel, _, spec = part.partition("=")
         numbers = spec.split(":")
         try:
-            if channel.strip() not in CHANNELS or len(numbers) != 3:
+            if channel.strip() not in CHANNEL_NAMES or len(numbers) != 3:
                 raise ValueError
             policy = RetryPolicy(float(numbers[0]), float(numbers[1]), int(numbers[2]))
             if policy.base_seconds <= 0 or policy.cap_seconds < policy.base_seconds or policy.max_attempts < 1:
@@ -145,27 +212,39 @@ def parse_retry_policies(value: str, default: RetryPolicy) -> dict[str, RetryPol
 def _at_least(raw: dict[str, Any], key: str, minimum: float, kind: type = float) -> Any:
     """A numeric option that makes no sense below ``minimum`` (a retention of 0 days would purge
     every finished row; a zero timeout would recover sends still in flight)."""
+    name = ENVIRONMENT_NAMES.get(key, key)
     try:
         value = kind(raw[key])
-    except (TypeError, ValueError):
-        raise ImproperlyConfigured(f"{key}: {raw[key]!r} is not a number") from None
-    if value < minimum:
-        raise ImproperlyConfigured(f"{key} must be at least {minimum}, got {raw[key]!r}")
+    except (TypeError, ValueError, OverflowError):
+        raise ImproperlyConfigured(f"{name}: {raw[key]!r} is not a number") from None
+    if not value >= minimum:  # also refuses NaN
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw[key]!r}")
     return value
+
+
+def _options() -> dict[str, Any]:
+    """The options as set, over their defaults; a key nobody knows is a typo worth stopping for."""
+    given: dict[str, Any] = dict(getattr(settings, "NOTIFICATIONS", {}) or {})
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise ImproperlyConfigured(f"NOTIFICATIONS: unknown option(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+    return {**DEFAULTS, **{key: value for key, value in given.items() if value is not None}}
 
 
 @functools.cache
 def get_config() -> NotificationsConfig:
-    raw: dict[str, Any] = dict(settings.NOTIFICATIONS)
+    raw = _options()
     default_policy = RetryPolicy(
-        float(raw["RETRY_BASE_SECONDS"]), float(raw["RETRY_CAP_SECONDS"]), int(raw["RETRY_MAX_ATTEMPTS"])
+        _at_least(raw, "RETRY_BASE_SECONDS", 0.001, float),
+        _at_least(raw, "RETRY_CAP_SECONDS", 0.001, float),
+        _at_least(raw, "RETRY_MAX_ATTEMPTS", 1, int),
     )
     return NotificationsConfig(
         idempotency_key_ttl_seconds=_at_least(raw, "IDEMPOTENCY_KEY_TTL_SECONDS", 1, int),
         max_message_bytes=_at_least(raw, "MAX_MESSAGE_BYTES", 1, int),
         rate_limits=parse_rate_limits(raw["RATE_LIMITS"]),
         default_retry_policy=default_policy,
-        retry_policies=parse_retry_policies(raw.get("RETRY_POLICIES", ""), default_policy),
+        retry_policies=parse_retry_policies(raw["RETRY_POLICIES"]),
         sweeper_interval_seconds=_at_least(raw, "SWEEPER_INTERVAL_SECONDS", 0.01, float),
         queued_timeout_seconds=_at_least(raw, "QUEUED_TIMEOUT_SECONDS", 1, float),
         sending_timeout_seconds=_at_least(raw, "SENDING_TIMEOUT_SECONDS", 1, float),
@@ -173,7 +252,7 @@ def get_config() -> NotificationsConfig:
         retention_days=_at_least(raw, "RETENTION_DAYS", 1, int),
         webhook_allow_hosts=tuple(h.strip().lower() for h in raw["WEBHOOK_ALLOW_HOSTS"] if h.strip()),
         webhook_timeout_seconds=_at_least(raw, "WEBHOOK_TIMEOUT_SECONDS", 0.1, float),
-        providers=dict(raw["PROVIDERS"]),
+        providers={name: (raw["PROVIDERS"] or {}).get(name) or spec.default_provider for name, spec in CHANNELS.items()},
         provider_timeout_seconds=_at_least(raw, "PROVIDER_TIMEOUT_SECONDS", 0.1, float),
         events_api_client=str(raw["EVENTS_API_CLIENT"]),
         events=_events_config(raw),
@@ -184,7 +263,6 @@ def get_config() -> NotificationsConfig:
         fcm_api_base=str(raw["FCM_API_BASE"]).rstrip("/"),
         fcm_project_id=str(raw["FCM_PROJECT_ID"]),
         fcm_access_token=str(raw["FCM_ACCESS_TOKEN"]),
-        raw=raw,
     )
 
 
@@ -195,19 +273,47 @@ def _events_config(raw: dict[str, Any]) -> EventsConfig:
         routing_key=str(raw["EVENTS_ROUTING_KEY"]),
         dlx=str(raw["EVENTS_DLX"]),
         dlq=str(raw["EVENTS_DLQ"]),
-        prefetch=int(raw["EVENTS_PREFETCH"]),
-        max_redeliveries=int(raw["EVENTS_MAX_REDELIVERIES"]),
+        prefetch=_at_least(raw, "EVENTS_PREFETCH", 1, int),
+        max_redeliveries=_at_least(raw, "EVENTS_MAX_REDELIVERIES", 0, int),
         quorum_queues=bool(raw["EVENTS_QUORUM_QUEUES"]),
-        transient_retry_seconds=float(raw["EVENTS_TRANSIENT_RETRY_SECONDS"]),
-        reconnect_base_seconds=float(raw["EVENTS_RECONNECT_BASE_SECONDS"]),
-        reconnect_cap_seconds=float(raw["EVENTS_RECONNECT_CAP_SECONDS"]),
-        dedup_ttl_seconds=int(raw["EVENTS_DEDUP_TTL_SECONDS"]),
+        transient_retry_seconds=_at_least(raw, "EVENTS_TRANSIENT_RETRY_SECONDS", 0.001, float),
+        reconnect_base_seconds=_at_least(raw, "EVENTS_RECONNECT_BASE_SECONDS", 0.001, float),
+        reconnect_cap_seconds=_at_least(raw, "EVENTS_RECONNECT_CAP_SECONDS", 0.001, float),
+        dedup_ttl_seconds=_at_least(raw, "EVENTS_DEDUP_TTL_SECONDS", 1, int),
     )
-    if config.prefetch < 1 or config.max_redeliveries < 0 or config.reconnect_base_seconds <= 0:
-        raise ImproperlyConfigured(
-            "EVENTS_PREFETCH must be >= 1, EVENTS_MAX_REDELIVERIES >= 0, EVENTS_RECONNECT_BASE_SECONDS > 0"
-        )
     return config
+
+
+def broker_is_embedded() -> bool:
+    """True on the embedded default (Dramatiq's in-process StubBroker, no RabbitMQ)."""
+    return bool(settings.BROKER_IS_EMBEDDED)
+
+
+def broker_connection_parameters(*, timeout: float | None = None) -> pika.URLParameters:
+    """The one place RabbitMQ connection parameters are built, for the event consumer and
+    publisher, the health check and the queue-size metrics. ``timeout`` bounds every step of a
+    probe that must answer quickly (a health check, a scrape)."""
+    parameters = pika.URLParameters(settings.BROKER_URL)
+    parameters.heartbeat = 30
+    parameters.blocked_connection_timeout = 30
+    parameters.connection_attempts = 1
+    if timeout is not None:
+        parameters.socket_timeout = timeout
+        parameters.blocked_connection_timeout = timeout
+        parameters.stack_timeout = timeout * 2
+        parameters.retry_delay = 0
+    return parameters
+
+
+def redis_client() -> Any | None:
+    """The Redis client behind the cache (django-redis), shared by the rate limiter, the health
+    check and the consumer; None on the embedded local-memory cache."""
+    from django.core.cache import cache
+
+    backend = getattr(cache, "client", None)
+    if backend is None or not hasattr(backend, "get_client"):
+        return None
+    return backend.get_client(write=True)
 
 
 @receiver(setting_changed)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
-import dramatiq
-from django.core.cache import cache
+import pika
 from django.db import connection
+
+from .conf import broker_connection_parameters, broker_is_embedded, redis_client
+
+PROBE_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -27,30 +29,21 @@ def _check_database() -> DependencyCheck:
 
 
 def _check_broker() -> DependencyCheck:
-    broker = dramatiq.get_broker()
-    parameters = getattr(broker, "parameters", None)
-    if parameters is None:
+    if broker_is_embedded():
         return DependencyCheck("broker", True, "embedded")
-    import pika
-
-    probe = [copy.copy(p) for p in (parameters if isinstance(parameters, list) else [parameters])]
-    for p in probe:
-        p.connection_attempts = 1
-        p.socket_timeout = 2
-        p.blocked_connection_timeout = 2
     try:
-        pika.BlockingConnection(probe).close()
+        pika.BlockingConnection(broker_connection_parameters(timeout=PROBE_TIMEOUT_SECONDS)).close()
         return DependencyCheck("broker", True)
     except Exception as exc:
         return DependencyCheck("broker", False, f"{type(exc).__name__}: {exc}")
 
 
 def _check_cache() -> DependencyCheck:
-    client = getattr(cache, "client", None)
-    if client is None or not hasattr(client, "get_client"):
-        return DependencyCheck("redis", True, "local memory")
     try:
-        client.get_client(write=True).ping()
+        client = redis_client()
+        if client is None:
+            return DependencyCheck("redis", True, "local memory")
+        client.ping()
         return DependencyCheck("redis", True)
     except Exception as exc:
         return DependencyCheck("redis", False, f"{type(exc).__name__}: {exc}")

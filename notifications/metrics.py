@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, m
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .conf import get_config
+from .conf import BULK_QUEUE, HIGH_QUEUE, broker_connection_parameters, broker_is_embedded, get_config
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ notifications_processed = Counter(
     "Events handled by the consumer: success, duplicate, failed, failed_transient.",
     ["status"],
 )
+dead_letter_ingest_errors = Counter(
+    "notifications_dead_letter_ingest_errors",
+    "DLQ messages the consumer could not record as they came (kept with their body only, or dropped).",
+)
 notifications_processing_seconds = Histogram(
     "notifications_processing_seconds",
     "Time the consumer spent on one event, from delivery to ack or nack.",
@@ -101,6 +105,10 @@ def record_rate_limited(*, channel: str) -> None:
     notification_rate_limited.labels(channel=channel).inc()
 
 
+def record_dead_letter_ingest_error() -> None:
+    dead_letter_ingest_errors.inc()
+
+
 def record_event_processed(*, status: str, seconds: float) -> None:
     """For the consumer: ``status`` is success, duplicate, failed or failed_transient."""
     notifications_processed.labels(status=status).inc()
@@ -113,8 +121,6 @@ BROKER_TIMEOUT_SECONDS = 1.0
 
 
 def monitored_queues() -> list[str]:
-    from .actors import BULK_QUEUE, HIGH_QUEUE
-
     # .DQ holds delayed messages (retries, near-future sends); .XQ is dramatiq's own dead letters.
     queues = [f"{queue}{suffix}" for queue in (HIGH_QUEUE, BULK_QUEUE) for suffix in ("", ".DQ", ".XQ")]
     events = get_config().events
@@ -128,12 +134,7 @@ def broker_queue_sizes(queues: list[str], *, timeout: float = BROKER_TIMEOUT_SEC
     import pika
     import pika.exceptions
 
-    parameters = pika.URLParameters(settings.BROKER_URL)
-    parameters.socket_timeout = timeout
-    parameters.blocked_connection_timeout = timeout
-    parameters.stack_timeout = timeout * 2
-    parameters.connection_attempts = 1
-    parameters.retry_delay = 0
+    parameters = broker_connection_parameters(timeout=timeout)
     sizes: dict[str, int] = {}
     connection = pika.BlockingConnection(parameters)
     try:
@@ -162,7 +163,7 @@ class ScrapeTimeCollector(Collector):
         yield GaugeMetricFamily("dlq_size", "Unresolved dead letters.")
 
     def collect(self) -> Iterator[Metric]:
-        if not settings.BROKER_IS_EMBEDDED:
+        if not broker_is_embedded():
             try:
                 sizes = broker_queue_sizes(monitored_queues())
             except Exception as exc:
@@ -176,9 +177,11 @@ class ScrapeTimeCollector(Collector):
                     queue_size.add_metric([queue], size)
                 yield queue_size
         try:
-            from .models import DeadLetter, Resolution
+            # Not at the top: this module is loaded with the broker's middleware, before the
+            # app registry (and so any model) is ready.
+            from .selectors import dead_letter_unresolved_count
 
-            unresolved = DeadLetter.objects.filter(resolution=Resolution.UNRESOLVED).count()
+            unresolved = dead_letter_unresolved_count()
         except Exception as exc:
             logger.warning("could not count dead letters: %s", exc)
         else:

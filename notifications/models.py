@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone as django_timezone
 
+from .channels.registry import CHANNEL_NAMES
 from .errors import InvalidTransition
 
 
@@ -72,11 +73,8 @@ class Recipient(models.Model):
         return f"{self.client}:{self.user_id}"
 
 
-class Channel(models.TextChoices):
-    EMAIL = "email"
-    SMS = "sms"
-    PUSH = "push"
-    WEBHOOK = "webhook"
+# The registry declares the channels; the model's choices follow it.
+Channel = models.TextChoices("Channel", [(name.upper(), name) for name in CHANNEL_NAMES])  # type: ignore[call-overload,misc]
 
 
 class Priority(models.TextChoices):
@@ -129,7 +127,7 @@ class Notification(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACCEPTED)
     attempt_count = models.PositiveIntegerField(default=0)
     # When the next try is due: send_at, or now + backoff after a transient failure. The database,
-    # not a delayed broker message, is what holds long waits (see services.notification_schedule).
+    # not a delayed broker message, is what holds long waits (see services/outbox.py).
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
@@ -186,10 +184,6 @@ class Notification(models.Model):
             current = current.filter(claimed_at=only_claimed_at)
         updated = current.update(status=to, updated_at=django_timezone.now(), **fields)
         return updated == 1
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in FINISHED_STATUSES
 
 
 class AttemptOutcome(models.TextChoices):
@@ -294,10 +288,6 @@ class DeadLetter(models.Model):
     def __str__(self) -> str:
         subject = self.notification_id or self.routing_key
         return f"{self.reason}: {subject}"
-
-    @property
-    def is_resolved(self) -> bool:
-        return bool(self.resolution)
 
 
 class ProcessedEvent(models.Model):

@@ -5,7 +5,7 @@ each caller atomically reserves the next free send slot of its channel and is to
 wait for it. Slots are spaced exactly ``1/rate`` apart, so no 1 s window can hold more than the
 limit (plus the one slot at its edge), and waiting callers never stampede: each has its own slot.
 A caller whose slot would be further away than ``max_wait`` reserves nothing and is told to come
-back later, which the actor turns into Dramatiq's ``Retry(delay=...)``.
+back later, which the actor does by putting its message back on the queue for that long.
 
 With Redis configured (django-redis), the reservation is one Lua script, atomic across hosts. On
 the embedded default there is only one process, so a lock-protected in-memory copy of the same
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from django.core.cache import cache
 
-from .conf import get_config
+from .conf import get_config, redis_client
 
 # KEYS[1]: the channel's theoretical arrival time (TAT), in microseconds since the epoch.
 # ARGV[1]: emission interval (us); ARGV[2]: the longest wait a caller accepts (us).
@@ -71,13 +71,6 @@ _script_lock = threading.Lock()
 _script = None
 
 
-def _redis_client():  # type: ignore[no-untyped-def]
-    get_client = getattr(cache, "client", None)
-    if get_client is None or not hasattr(get_client, "get_client"):
-        return None
-    return get_client.get_client(write=True)
-
-
 def _key(channel: str) -> str:
     return cache.make_key(f"ratelimit:{channel}")
 
@@ -90,7 +83,7 @@ def reserve_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0)
         return Reservation(True, 0.0)
     bucket, limit = found
     interval = 1.0 / limit.per_second
-    client = _redis_client()
+    client = redis_client()
     if client is None:
         return _local.reserve(_key(bucket), interval, max_wait)
     global _script

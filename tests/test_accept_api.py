@@ -122,11 +122,11 @@ class HeldAccept:
     """Holds the first request of a thread inside its accept transaction until released."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, token: str) -> None:
-        from notifications import services
+        from notifications.services import accept
 
         self.token, self.entered, self.release = token, threading.Event(), threading.Event()
         self.response = None
-        original = services._notification_create
+        original = accept._notification_create
         first = threading.Lock()
 
         def held(**kwargs):  # type: ignore[no-untyped-def]
@@ -136,7 +136,7 @@ class HeldAccept:
                 self.release.wait(timeout=20)
             return notification
 
-        monkeypatch.setattr(services, "_notification_create", held)
+        monkeypatch.setattr(accept, "_notification_create", held)
         self.thread = threading.Thread(target=self._send)
 
     def _send(self) -> None:

@@ -16,10 +16,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from notifications import services
-from notifications.channels import OutgoingMessage, SendResult, get_provider
+from notifications.channels import OutgoingMessage, SendResult
 from notifications.channels.http import retry_after_seconds
+from notifications.channels.providers import get_provider
 from notifications.errors import PermanentChannelError, TransientChannelError
-from notifications.models import ApiClient, AttemptOutcome, DeliveryAttempt, Notification, Status
+from notifications.models import ApiClient, AttemptOutcome, DeadLetter, DeadLetterReason, DeliveryAttempt, Notification, Status
 
 from .factories import accept_notification, make_api_client
 from .fakes import (  # noqa: F401  (fixtures)
@@ -434,11 +435,11 @@ def test_each_channel_delivers_end_to_end_through_a_worker_process_and_stores_th
         assert leaked not in log, f"{leaked!r} in the worker's log"
 
 
-def test_a_provider_429_waits_its_retry_after_and_does_not_spend_the_retry_budget(
+def test_a_provider_429_waits_its_retry_after_and_counts_as_an_attempt(
     api: APIClient, worker: Any, provider_server: FakeProviderServer
 ) -> None:
     provider_server.reply_next(Reply(429, {"code": 20429, "message": "Too Many Requests", "status": 429}, {"Retry-After": "1"}))
-    with override_notifications(RETRY_MAX_ATTEMPTS=1):
+    with override_notifications(RETRY_MAX_ATTEMPTS=2):
         notification_id = accept(api, "sms", PHONE)
         notification = wait_until(lambda: delivered(notification_id), timeout=20, message="sms delivered after a 429")
         assert notification is not None
@@ -447,10 +448,31 @@ def test_a_provider_429_waits_its_retry_after_and_does_not_spend_the_retry_budge
     assert (throttled.reply_status, accepted.reply_status) == (429, 201)
     assert accepted.received_at - throttled.received_at >= 0.9  # Retry-After: 1 honoured
     assert throttled.headers["i-twilio-idempotency-token"] == accepted.headers["i-twilio-idempotency-token"] == notification_id
-    # With a budget of one attempt, a counted 429 would have made it dead instead.
-    assert notification.attempt_count == 1
+    # The 429 was an attempt of the budget: two of two.
+    assert notification.attempt_count == 2
     assert notification.provider_message_id == accepted.reply_body["sid"]
     outcomes = list(
         DeliveryAttempt.objects.filter(notification_id=notification_id).order_by("number").values_list("outcome", flat=True)
     )
     assert outcomes == [AttemptOutcome.TRANSIENT_ERROR, AttemptOutcome.DELIVERED]
+
+
+def test_a_destination_that_always_answers_429_ends_dead_when_its_attempts_run_out(
+    api: APIClient, worker: Any, provider_server: FakeProviderServer
+) -> None:
+    too_many = Reply(429, {"code": 20429, "message": "Too Many Requests", "status": 429}, {"Retry-After": "1"})
+    provider_server.reply_next(*[too_many] * 10)
+    with override_notifications(RETRY_MAX_ATTEMPTS=3, RETRY_BASE_SECONDS=0.05, RETRY_CAP_SECONDS=0.2):
+        notification_id = accept(api, "sms", PHONE)
+        notification = wait_until(
+            lambda: Notification.objects.filter(pk=notification_id, status=Status.DEAD).first(),
+            timeout=20,
+            message="a notification that only ever gets 429s is dead-lettered",
+        )
+    assert notification.attempt_count == 3
+    assert [r.reply_status for r in provider_server.requests] == [429, 429, 429]
+    # The Retry-After of 1 s is capped by the retry cap of 0.2 s: no wait of a whole second.
+    gaps = [b.received_at - a.received_at for a, b in zip(provider_server.requests, provider_server.requests[1:], strict=False)]
+    assert all(gap < 0.9 for gap in gaps), gaps
+    assert DeliveryAttempt.objects.filter(notification_id=notification_id).count() == 3
+    assert DeadLetter.objects.filter(notification_id=notification_id, reason=DeadLetterReason.RETRIES_EXHAUSTED).count() == 1

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from notifications import services
-from notifications.channels import provider_account
+from notifications.channels.providers import provider_account
 from notifications.conf import RateLimit, RetryPolicy, get_config, parse_rate_limits, parse_retry_policies
 from notifications.models import Status
 from notifications.ratelimit import reserve_send_slot
@@ -85,10 +85,9 @@ def test_a_valid_per_account_limit_in_the_environment_passes_manage_py_check() -
 
 
 def test_retry_policies_per_channel_override_the_default() -> None:
-    default = RetryPolicy(5, 300, 5)
-    assert parse_retry_policies("sms=2:60:3", default) == {"sms": RetryPolicy(2, 60, 3)}
+    assert parse_retry_policies("sms=2:60:3") == {"sms": RetryPolicy(2, 60, 3)}
     with pytest.raises(ImproperlyConfigured):
-        parse_retry_policies("sms=2:1:3", default)
+        parse_retry_policies("sms=2:1:3")
 
 
 def test_backoff_is_full_jitter_capped_and_honours_retry_after() -> None:
@@ -97,6 +96,8 @@ def test_backoff_is_full_jitter_capped_and_honours_retry_after() -> None:
     assert all(0 <= d <= policy.cap_seconds for d in delays)
     assert max(retry_delay_seconds(channel="email", attempt_number=1) for _ in range(50)) <= policy.base_seconds
     assert retry_delay_seconds(channel="email", attempt_number=1, retry_after=42) >= 42
+    # A provider asking for a day waits the policy's cap, not a day.
+    assert retry_delay_seconds(channel="email", attempt_number=1, retry_after=86_400) == policy.cap_seconds
 
 
 def test_override_settings_resets_the_cached_config() -> None:
@@ -154,3 +155,23 @@ def test_deliveries_keep_to_their_provider_accounts_own_limit(provider_server: F
         with override_notifications(RATE_LIMITS="sms=1000/s,sms:ACanother=1/m"):
             assert services.notification_deliver(notification_id=second.pk).outcome == "delivered"
     assert [request.reply_status for request in provider_server.requests] == [201, 201]
+
+
+def test_options_missing_from_settings_take_conf_defaults_and_bad_ones_name_their_variable() -> None:
+    with override_settings(NOTIFICATIONS={"RETRY_MAX_ATTEMPTS": 2}):
+        config = get_config()
+        assert config.default_retry_policy.max_attempts == 2
+        assert config.rate_limits["email"].count == 50
+        assert config.events.queue == "notifications"
+    with (
+        override_settings(NOTIFICATIONS={"RETRY_MAX_ATTEMPTS": "lots"}),
+        pytest.raises(ImproperlyConfigured, match="RETRY_MAX_ATTEMPTS"),
+    ):
+        get_config()
+    with (
+        override_settings(NOTIFICATIONS={"RETRY_MAX_ATEMPTS": 3}),
+        pytest.raises(ImproperlyConfigured, match="RETRY_MAX_ATEMPTS"),
+    ):
+        get_config()
+    with override_settings(NOTIFICATIONS={"EVENTS_PREFETCH": 0}), pytest.raises(ImproperlyConfigured, match="EVENTS_PREFETCH"):
+        get_config()

@@ -32,10 +32,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from notifications import services
-from notifications.actors import BULK_QUEUE, HIGH_QUEUE, deliver_notification
-from notifications.conf import get_config
+from notifications.actors import deliver_notification
+from notifications.conf import BULK_QUEUE, HIGH_QUEUE, get_config
 from notifications.errors import PermanentChannelError, TransientChannelError
 from notifications.models import AttemptOutcome, DeadLetter, DeadLetterReason, Notification, Resolution, Status
+from notifications.services import delivery
+from notifications.services import outcomes as delivery_outcomes
 
 from .factories import accept_notification, make_api_client
 from .helpers import ROOT, PlatformProcess, platform_env, wait_until
@@ -416,20 +418,24 @@ def test_a_worker_killed_mid_send_loses_nothing_and_the_attempt_is_recorded_inte
 def test_a_send_that_ends_after_the_sweeper_recovered_it_leaves_the_new_claim_alone(broker: dramatiq.Broker) -> None:
     client, _ = make_api_client()
     notification = accept_notification(client, to="kim@example.com")
-    stale = services._notification_claim(notification)
+    stale = delivery._notification_claim(notification)
     assert stale is not None
     # That worker froze past SENDING_TIMEOUT_SECONDS: the sweeper recovers the send and another
     # worker claims it again.
     later = timezone.now() + timedelta(seconds=get_config().sending_timeout_seconds + 1)
     assert services.notification_sweep(now=later).recovered == 1
-    fresh = services._notification_claim(Notification.objects.get(pk=notification.pk))
+    fresh = delivery._notification_claim(Notification.objects.get(pk=notification.pk))
     assert fresh is not None and fresh.number == 2
 
     # Now the frozen send comes back with its answer; whatever it says, the new claim stands.
-    late_transient = services._record_transient_failure(notification, stale, TransientChannelError("451 late"), time.monotonic())
+    late_transient = delivery_outcomes.record_transient_failure(
+        notification, stale, TransientChannelError("451 late"), time.monotonic()
+    )
     current = Notification.objects.get(pk=notification.pk)
     assert (late_transient.outcome, current.status, current.claimed_at) == ("skipped", Status.SENDING, fresh.started_at)
-    late_permanent = services._record_permanent_failure(notification, stale, PermanentChannelError("550 late"), time.monotonic())
+    late_permanent = delivery_outcomes.record_permanent_failure(
+        notification, stale, PermanentChannelError("550 late"), time.monotonic()
+    )
     current = Notification.objects.get(pk=notification.pk)
     assert current.status == Status.SENDING and current.last_error != "550 late"
     assert late_permanent.outcome == "failed" and not DeadLetter.objects.exists()

@@ -394,8 +394,7 @@ def test_rejection_notes_survive_a_restart_in_the_cache_and_a_cache_outage_in_me
     assert notes.get("id-outage") == (DeadLetterReason.REDELIVERY_LIMIT, "second")
     assert events.RejectionNotes(ttl_seconds=60).get("id-outage") is None
     monkeypatch.undo()
-    small = events.RejectionNotes(ttl_seconds=60)
-    small.max_local = 2
+    small = events.RejectionNotes(ttl_seconds=60, max_local=2)
     monkeypatch.setattr(events.cache, "set", redis_down)
     monkeypatch.setattr(events.cache, "get", redis_down)
     for n in range(3):
@@ -490,6 +489,78 @@ def test_redeliveries_are_counted_in_memory_while_redis_is_down(monkeypatch: pyt
     assert events.RedeliveryCounter(ttl_seconds=60).increment("order.created:55") == 1
 
 
+def test_the_in_memory_redelivery_counts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    def redis_down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(events.cache, "add", redis_down)
+    counter = events.RedeliveryCounter(ttl_seconds=60, max_local=2)
+    for n in range(5):
+        counter.increment(f"order.created:{n}")
+    assert len(counter) == 2
+    # The newest keys are kept and go on counting; the oldest were forgotten and start again.
+    assert counter.increment("order.created:4") == 2
+    assert counter.increment("order.created:0") == 1
+    assert events.RedeliveryCounter.max_local == 10_000
+
+
+def publish_to_dlq(body: bytes, headers: dict[str, Any]) -> None:
+    """A message straight into the DLQ, as anyone with access to the vhost could put one."""
+    with amqp_channel() as channel:
+        channel.basic_publish(
+            exchange="",
+            routing_key=get_config().events.dlq,
+            body=body,
+            properties=pika.BasicProperties(headers=headers, delivery_mode=pika.DeliveryMode.Persistent),
+        )
+
+
+def test_a_dead_letter_with_garbage_headers_is_recorded_and_the_consumer_keeps_consuming(recipient: None) -> None:
+    config = get_config().events
+    garbage = {
+        "x-death": [{"count": "many", "reason": 7, "routing-keys": "not-a-list"}],
+        "x-delivery-count": "NaN",
+        "x-odd": {"nested": [b"\xff\xfe", None, 2**62]},
+    }
+    with start_consumer() as consumer:
+        publish_to_dlq(b'{"order_id": 1', garbage)
+        publish(order(70))
+        wait_until(
+            lambda: DeadLetter.objects.count() == 1 and Notification.objects.count() == 1,
+            timeout=20,
+            message="the dead letter recorded and the next event processed",
+        )
+        wait_until(lambda: queue_depth(config.dlq) == 0, timeout=10, message="the DLQ message acked")
+        assert consumer.process.poll() is None, consumer.output()
+    dead_letter = DeadLetter.objects.get()
+    assert dead_letter.source == DeadLetterSource.EVENT
+    assert dead_letter.reason == DeadLetterReason.POISON_MESSAGE
+    assert dead_letter.attempts == 1
+    assert dead_letter.raw_body == '{"order_id": 1'
+    assert dead_letter.headers["x-odd"] == {"nested": ["\ufffd\ufffd", None, 2**62]}
+
+
+def test_a_dead_letter_that_cannot_be_recorded_as_it_came_is_kept_with_its_body_and_acked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import DataError
+
+    def refuse(**kwargs: Any) -> Any:
+        raise DataError("value out of range for type integer")
+
+    monkeypatch.setattr(events.transport, "dead_letter_ingest", refuse)
+    errors = "notifications_dead_letter_ingest_errors_total"
+    before = REGISTRY.get_sample_value(errors) or 0.0
+    with consumer_thread():
+        publish_to_dlq(b"poison body", {"x-death": [{"count": 2**62}]})
+        dead_letter = wait_until(lambda: DeadLetter.objects.first(), timeout=20, message="kept with its body")
+        wait_until(lambda: queue_depth(get_config().events.dlq) == 0, timeout=10, message="acked, not redelivered")
+    assert dead_letter.raw_body == "poison body"
+    assert dead_letter.headers == {}
+    assert "DataError" in dead_letter.last_error and "headers dropped" in dead_letter.last_error
+    assert REGISTRY.get_sample_value(errors) == before + 1
+
+
 def test_the_consumer_reconnects_after_the_broker_drops_its_connection(recipient: None) -> None:
     vhost = pika.URLParameters(settings.BROKER_URL).virtual_host
     with start_consumer() as consumer:
@@ -555,7 +626,7 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(events, "tracer", provider.get_tracer("test"))
+    monkeypatch.setattr(events.processing, "tracer", provider.get_tracer("test"))
     return exporter
 
 

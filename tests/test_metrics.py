@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from notifications import services
-from notifications.actors import HIGH_QUEUE, deliver_notification
-from notifications.conf import get_config
+from notifications.actors import deliver_notification
+from notifications.conf import HIGH_QUEUE, get_config
 from notifications.models import DeadLetter, Notification, Status
 
 from .factories import accept_notification

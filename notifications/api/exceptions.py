@@ -29,7 +29,23 @@ _STATUS_BY_ERROR: list[tuple[type[NotificationError], int]] = [
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     """``{"error": {"code": ..., "message": ..., "field"?: ..., "details"?: ...}}``"""
-    return {"error": {"code": code, "message": message, **extra}}
+    return {"error": _utf8_safe({"code": code, "message": message, **extra})}
+
+
+def _utf8_safe(value: Any) -> Any:
+    """``value`` with every lone UTF-16 surrogate written as a ``\\udXXX`` escape.
+
+    Error messages and field names echo request text; a raw surrogate cannot be encoded as UTF-8,
+    so the renderer failed and the answer became a 500 (in a batch, after earlier items committed).
+    Error details nest as deep as the serializers do, not as deep as the request body.
+    """
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode()
+    if isinstance(value, dict):
+        return {_utf8_safe(key): _utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_utf8_safe(item) for item in value]
+    return value
 
 
 def _first_field_error(detail: Any, prefix: str = "") -> tuple[str, str]:
@@ -58,10 +74,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, exceptions.ValidationError):
         field, message = _first_field_error(exc.detail)
         field = "" if field == "non_field_errors" else field
-        body = error_body("invalid", f"{field}: {message}" if field else message, details=exc.detail)
-        if field:
-            body["error"]["field"] = field
-        response.data = body
+        named = {"field": field} if field else {}
+        response.data = error_body("invalid", f"{field}: {message}" if field else message, details=exc.detail, **named)
     elif isinstance(exc, exceptions.APIException):
         code = exc.get_codes() if isinstance(exc.get_codes(), str) else "error"
         response.data = error_body(str(code), str(exc.detail))

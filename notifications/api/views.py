@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
 
-from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import APIException
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import services
+from .. import selectors, services
 from ..errors import NotificationError, ValidationFailed
 from ..health import readiness_checks
-from ..models import ApiClient, Notification, Recipient
+from ..models import ApiClient
 from .exceptions import api_exception_handler, error_body
 from .serializers import (
     AcceptedSerializer,
@@ -38,6 +39,8 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 ERROR = OpenApiResponse(description='An error: {"error": {"code", "message", "field"?}}')
 MAX_BATCH = 100
 MAX_KEY_LENGTH = 255  # IdempotencyKey.key and Recipient.user_id are varchar(255)
+
+logger = logging.getLogger("notifications.api")
 
 
 class NewestFirstPagination(CursorPagination):
@@ -102,50 +105,55 @@ class NotificationCollectionView(APIView):
     def get(self, request: Request) -> Response:
         filters = NotificationFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        queryset = _filtered_notifications(_client(request), filters.validated_data)
+        queryset = selectors.notification_list(client=_client(request), filters=filters.validated_data)
         paginator = NewestFirstPagination()
         page = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(NotificationSerializer(page, many=True).data)
-
-
-def _filtered_notifications(client: Any, filters: dict[str, Any]) -> QuerySet[Notification]:
-    queryset = Notification.objects.filter(client=client)
-    for name in ("status", "channel", "user_id"):
-        if name in filters:
-            queryset = queryset.filter(**{name: filters[name]})
-    if "created_after" in filters:
-        queryset = queryset.filter(created_at__gte=filters["created_after"])
-    if "created_before" in filters:
-        queryset = queryset.filter(created_at__lt=filters["created_before"])
-    return queryset
 
 
 class NotificationBatchView(APIView):
     @extend_schema(
         operation_id="notifications_create_batch",
         request=BatchCreateSerializer,
-        responses={202: OpenApiResponse(description="One result per item, in order: {status, body | error}"), 400: ERROR},
+        responses={
+            202: OpenApiResponse(
+                description="One result per item, in order: {status, body | error}; an item that fails, even "
+                "with a 500, fails only its own slot"
+            ),
+            400: ERROR,
+        },
     )
     def post(self, request: Request) -> Response:
         items = _require_object(request.data).get("notifications")
         if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
             raise serializers.ValidationError({"notifications": [f"a list of 1 to {MAX_BATCH} notifications"]})
-        results = []
-        for item in items:
-            try:
-                result = _accept(request, _require_object(item), None)
-                results.append({"status": result.status_code, "body": result.body})
-            except (NotificationError, serializers.ValidationError) as exc:
-                response = api_exception_handler(exc, {"request": request, "view": self})
-                assert response is not None
-                results.append({"status": response.status_code, **response.data})
-        return Response({"results": results}, status=status.HTTP_202_ACCEPTED)
+        return Response(
+            {"results": [self._item_result(request, index, item) for index, item in enumerate(items)]},
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+    def _item_result(self, request: Request, index: int, item: Any) -> dict[str, Any]:
+        """One item's slot. Items before it are already committed, so no error of one item may
+        fail the batch: the client would send them all again."""
+        try:
+            result = _accept(request, _require_object(item), None)
+        except (NotificationError, APIException) as exc:
+            response = api_exception_handler(exc, {"request": request, "view": self})
+            assert response is not None
+            return {"status": response.status_code, **response.data}
+        except Exception:
+            logger.exception("batch item %d failed unexpectedly; the other items went on", index)
+            return {
+                "status": status.HTTP_500_INTERNAL_SERVER_ERROR,
+                **error_body("internal_error", "an unexpected error occurred while accepting this notification"),
+            }
+        return {"status": result.status_code, "body": result.body}
 
 
 class NotificationDetailView(APIView):
     @extend_schema(operation_id="notifications_retrieve", responses={200: NotificationDetailSerializer, 404: ERROR})
     def get(self, request: Request, notification_id: str) -> Response:
-        notification = services.notification_get(client=_client(request), notification_id=notification_id)
+        notification = selectors.notification_get(client=_client(request), notification_id=notification_id)
         return Response(NotificationDetailSerializer(notification).data)
 
 
@@ -161,7 +169,7 @@ class NotificationCancelView(APIView):
 class RecipientView(APIView):
     @extend_schema(operation_id="recipients_retrieve", responses={200: RecipientSerializer, 404: ERROR})
     def get(self, request: Request, user_id: str) -> Response:
-        recipient = Recipient.objects.filter(client=_client(request), user_id=_path_user_id(user_id)).first()
+        recipient = selectors.recipient_get(client=_client(request), user_id=_path_user_id(user_id))
         if recipient is None:
             return Response(error_body("not_found", f"no recipient {user_id!r}"), status=status.HTTP_404_NOT_FOUND)
         return Response(RecipientSerializer(recipient).data)

@@ -14,7 +14,7 @@ import requests
 from .base import PermanentChannelError, TransientChannelError
 
 # Says what went wrong in a provider's own words, from its error body (status, parsed JSON, text).
-DescribeError = Callable[[int, Any, str], str]
+DescribeError = Callable[[Any, str], str]
 
 # How much of a provider's error body is kept in the error message (and so on the DeliveryAttempt).
 ERROR_TEXT_LIMIT = 500
@@ -54,7 +54,7 @@ def json_object(text: str) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
-def describe_plain(status: int, payload: Any, text: str) -> str:
+def describe_plain(payload: Any, text: str) -> str:
     return text.strip()[:ERROR_TEXT_LIMIT] or "(empty body)"
 
 
@@ -69,7 +69,7 @@ def raise_for_status(
     """
     if 200 <= status < 300:
         return
-    detail = describe(status, parse_json(text), text)
+    detail = describe(parse_json(text), text)
     extra = {"http_status": status}
     if status == 429:
         retry_after = retry_after_seconds(headers.get("Retry-After"))

@@ -13,7 +13,7 @@ from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 PROVIDER = "FCM"
 
 
-def describe_fcm_error(status: int, payload: Any, text: str) -> str:
+def describe_fcm_error(payload: Any, text: str) -> str:
     """FCM's error body is Google's ``{"error": {"code", "message", "status", "details": [...]}}``,
     with FCM's own ``errorCode`` (UNREGISTERED, INVALID_ARGUMENT, QUOTA_EXCEEDED...) in details."""
     error = payload.get("error") if isinstance(payload, dict) else None

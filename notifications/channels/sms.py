@@ -12,7 +12,7 @@ from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 PROVIDER = "Twilio"
 
 
-def describe_twilio_error(status: int, payload: Any, text: str) -> str:
+def describe_twilio_error(payload: Any, text: str) -> str:
     """Twilio's error body is ``{"code": 21211, "message": "...", "more_info": "...", "status": 400}``."""
     if isinstance(payload, dict) and payload.get("message"):
         code = payload.get("code")

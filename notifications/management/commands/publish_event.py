@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from notifications.events import event_publish
+from notifications.event_bus import event_publish
 
 
 class Command(BaseCommand):

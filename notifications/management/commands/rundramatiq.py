@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from notifications.actors import BULK_QUEUE, HIGH_QUEUE
+from notifications.conf import BULK_QUEUE, HIGH_QUEUE
 from notifications.metrics import worker_metrics_environment
 
 

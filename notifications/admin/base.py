@@ -1,0 +1,61 @@
+"""What the support admin's pages share: the read-only base class, the retry permission, display helpers.
+
+Support users (the ``support`` group of migration 0003) may view notifications, their attempts,
+recipients and dead letters, and retry, discard or cancel through the services; nothing here lets
+them edit a payload or delete a row. Every action calls a service and is written to the admin log.
+API clients are for superusers only.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+RETRY_PERMISSION = "notifications.retry_deadletter"
+
+
+def _pre(text: str) -> str:
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+
+
+def _pretty_json(value: Any) -> str:
+    return _pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def _as_uuid(term: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(term.strip())
+    except ValueError:
+        return None
+
+
+def _report(done: int, skipped: int, verb: str) -> str:
+    return f"{done} {verb}, {skipped} skipped"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records nobody edits by hand: they change only through the services."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(RETRY_PERMISSION)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Every field a page shows is read-only, so a fieldset is the one list to keep.
+        if self.fieldsets:
+            return (*self.readonly_fields, *flatten_fieldsets(self.fieldsets))
+        return self.readonly_fields

@@ -1,0 +1,78 @@
+"""Admin for API clients, superusers only: create one, rotate its token, revoke it; never delete it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from .. import services
+from ..models import ApiClient
+from .base import _report
+
+# What an existing client's page shows, all read-only: a client changes only through the actions.
+SHOWN_FIELDS = ("name", "token_prefix", "is_active", "created_at", "token_rotated_at")
+
+
+@admin.register(ApiClient)
+class ApiClientAdmin(admin.ModelAdmin):
+    list_display = ("name", "token_prefix", "is_active", "created_at", "token_rotated_at")
+    list_filter = ("is_active",)
+    search_fields = ("name",)
+    actions = ("rotate_token_selected", "revoke_selected")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A client owns notifications (PROTECT); revoking is how one is retired.
+        return False
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ("name",) if obj is None else SHOWN_FIELDS
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else SHOWN_FIELDS
+
+    def save_model(self, request: HttpRequest, obj: ApiClient, form: Any, change: bool) -> None:
+        if change:
+            return
+        client, token = services.api_client_create(name=form.cleaned_data["name"])
+        obj.pk = client.pk
+        obj.__dict__.update({k: v for k, v in client.__dict__.items() if not k.startswith("_")})
+        self._show_token(request, client, token)
+
+    def _show_token(self, request: HttpRequest, client: ApiClient, token: str) -> None:
+        self.message_user(
+            request, f"API token for {client.name!r}: {token} (copy it now; it is not shown again)", messages.WARNING
+        )
+
+    @admin.action(description="Rotate the token of selected clients")
+    def rotate_token_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        for client in queryset:
+            token = services.api_client_rotate_token(client=client)
+            self.log_change(request, client, "Rotated token")
+            self._show_token(request, client, token)
+
+    @admin.action(description="Revoke selected clients")
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        done = skipped = 0
+        for client in queryset:
+            if not client.is_active:
+                skipped += 1
+                continue
+            services.api_client_revoke(client=client)
+            self.log_change(request, client, "Revoked")
+            done += 1
+        self.message_user(request, _report(done, skipped, "revoked"), messages.SUCCESS)

@@ -1,0 +1,68 @@
+"""The channel registry: each channel declared once, and everything else reads it.
+
+A channel is its name, how its addresses are validated, which ``Recipient`` field holds a
+recipient's address for it, the provider class it uses unless ``<NAME>_PROVIDER`` says otherwise,
+and the rate-limit bucket its sends share. The model's choices, the API's, the settings parsers,
+accept and the recipient store all read this table. To add a channel: a provider module beside
+``email.py`` and one entry here (then ``makemigrations`` for the new choice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ValidationFailed
+from . import addresses
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    name: str
+    # (address, field name for the error) -> the address normalised; raises ValidationFailed.
+    validate: Callable[[str, str], str]
+    # The Recipient field with the address; ``many``: a list of which the newest (last) is used.
+    recipient_field: str
+    default_provider: str
+    many: bool = False
+    rate_limit_key: str = ""
+
+    @property
+    def rate_limit_bucket(self) -> str:
+        return self.rate_limit_key or self.name
+
+
+CHANNELS: dict[str, ChannelSpec] = {
+    spec.name: spec
+    for spec in (
+        ChannelSpec("email", addresses.email_address, "email", "notifications.channels.email.DjangoEmailProvider"),
+        ChannelSpec("sms", addresses.phone_number, "phone", "notifications.channels.sms.TwilioSmsProvider"),
+        ChannelSpec("push", addresses.push_token, "push_tokens", "notifications.channels.push.FcmPushProvider", many=True),
+        ChannelSpec("webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.WebhookProvider"),
+    )
+}
+CHANNEL_NAMES: tuple[str, ...] = tuple(CHANNELS)
+
+
+def channel_spec(channel: str) -> ChannelSpec:
+    try:
+        return CHANNELS[channel]
+    except KeyError:
+        raise ValidationFailed(f"unknown channel {channel!r}", extra={"field": "channel"}) from None
+
+
+def validate_address(channel: str, address: str, *, field: str = "to") -> str:
+    """Return the address normalised for its channel, or raise ValidationFailed naming ``field``."""
+    return channel_spec(channel).validate(address.strip(), field)
+
+
+def recipient_address(recipient: Any, channel: str) -> str:
+    """The stored address of ``recipient`` for ``channel``; empty when none is known."""
+    spec = CHANNELS.get(channel)
+    if spec is None:
+        return ""
+    value = getattr(recipient, spec.recipient_field)
+    if spec.many:
+        return str(value[-1]) if value else ""
+    return str(value or "")

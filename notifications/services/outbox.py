@@ -1,0 +1,60 @@
+"""Handing a due notification to the broker: the database row is the outbox, a message only a hint."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dramatiq
+from django.utils import timezone
+
+from ..conf import delivery_route, get_config
+from ..models import (
+    Notification,
+    Status,
+)
+
+logger = logging.getLogger("notifications.services")
+
+
+def delivery_message_send(*, notification_ids: list[str], priority: str, delay_seconds: float = 0.0) -> None:
+    """Publish a delivery message for each id to its priority's queue, addressed to the delivery
+    actor by name (services never import the actors; ``conf`` names the queues and actors)."""
+    route = delivery_route(priority)
+    broker = dramatiq.get_broker()
+    delay_ms = int(delay_seconds * 1000) or None
+    for notification_id in notification_ids:
+        message: dramatiq.Message[Any] = dramatiq.Message(
+            queue_name=route.queue_name, actor_name=route.actor_name, args=(notification_id,), kwargs={}, options={}
+        )
+        broker.enqueue(message, delay=delay_ms)
+
+
+def notification_enqueue(*, notification_id: Any) -> bool:
+    """Hand a pending notification to the broker if it is due soon enough; True if a message went.
+
+    Far-future sends and long backoffs stay in the database for the sweeper: Dramatiq keeps a
+    delayed message unacked in worker memory until its ETA (dramatiq #827) and RabbitMQ requeues
+    deliveries left unacked past its consumer timeout.
+    """
+    notification = Notification.objects.filter(pk=notification_id).only("id", "status", "priority", "next_attempt_at").first()
+    if notification is None or notification.status not in (Status.ACCEPTED, Status.QUEUED, Status.RETRYING):
+        return False
+    now = timezone.now()
+    due_at = notification.next_attempt_at or now
+    delay = max(0.0, (due_at - now).total_seconds())
+    if delay > get_config().broker_delay_max_seconds:
+        return False
+    try:
+        delivery_message_send(notification_ids=[str(notification.pk)], priority=notification.priority, delay_seconds=delay)
+    except Exception:
+        # The row stays pending with no enqueued_at, which is exactly what the sweeper looks for.
+        logger.warning("could not enqueue notification %s; the sweeper will retry", notification.pk, exc_info=True)
+        return False
+    fields: dict[str, Any] = {"enqueued_at": now}
+    if delay == 0:
+        Notification.transition(notification.pk, Status.QUEUED, only_from=[Status.ACCEPTED, Status.QUEUED], **fields)
+        Notification.objects.filter(pk=notification.pk, status=Status.RETRYING).update(**fields)
+    else:
+        Notification.objects.filter(pk=notification.pk, status__in=[Status.ACCEPTED, Status.RETRYING]).update(**fields)
+    return True

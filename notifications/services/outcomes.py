@@ -1,0 +1,142 @@
+"""Recording how a send ended: the attempt row, the notification's next status, retries and dead letters."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import metrics
+from ..conf import get_config
+from ..errors import (
+    PermanentChannelError,
+    TransientChannelError,
+)
+from ..models import (
+    AttemptOutcome,
+    DeadLetterReason,
+    DeliveryAttempt,
+    Notification,
+    Status,
+)
+from .dead_letters import dead_letter_create
+from .outbox import notification_enqueue
+
+logger = logging.getLogger("notifications.services")
+
+
+@dataclass(frozen=True)
+class DeliveryOutcome:
+    outcome: str  # delivered | retrying | failed | dead | skipped
+    attempt_number: int = 0
+
+
+def claim_finish(notification_id: Any, *, claimed_at: datetime, to: str, **fields: Any) -> bool:
+    """End the claim made at ``claimed_at``: out of ``sending`` only while it is still that claim."""
+    return Notification.transition(notification_id, to, only_from=[Status.SENDING], only_claimed_at=claimed_at, **fields)
+
+
+def attempt_finish(
+    attempt: DeliveryAttempt,
+    outcome: str,
+    *,
+    error: BaseException | None = None,
+    started: float | None = None,
+    response: str = "",
+) -> None:
+    attempt.outcome = outcome
+    attempt.finished_at = timezone.now()
+    seconds = None if started is None else time.monotonic() - started
+    if seconds is not None:
+        attempt.duration_ms = int(seconds * 1000)
+    metrics.record_attempt(channel=attempt.notification.channel, outcome=outcome, seconds=seconds)
+    if error is not None:
+        attempt.error_class = f"{type(error).__module__}.{type(error).__qualname__}"
+        attempt.error_message = str(error)[:4000]
+    attempt.provider_response = response[:2000]
+    attempt.save(update_fields=["outcome", "finished_at", "duration_ms", "error_class", "error_message", "provider_response"])
+
+
+def record_permanent_failure(
+    notification: Notification, attempt: DeliveryAttempt, exc: PermanentChannelError, started: float
+) -> DeliveryOutcome:
+    with transaction.atomic():
+        attempt_finish(attempt, AttemptOutcome.PERMANENT_ERROR, error=exc, started=started)
+        if claim_finish(notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000]):
+            notification.refresh_from_db()
+            dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
+    # The code, not the provider's words: those can quote the recipient or echo the message, and
+    # they are kept on the DeliveryAttempt for support staff.
+    logger.warning(
+        "notification %s failed permanently (%s, HTTP %s)",
+        notification.pk,
+        exc.code,
+        exc.extra.get("http_status", "-"),
+        extra={"notification_id": str(notification.pk)},
+    )
+    return DeliveryOutcome("failed", attempt.number)
+
+
+def record_transient_failure(
+    notification: Notification, attempt: DeliveryAttempt, exc: Exception, started: float
+) -> DeliveryOutcome:
+    with transaction.atomic():
+        attempt_finish(attempt, AttemptOutcome.TRANSIENT_ERROR, error=exc, started=started)
+        notification.refresh_from_db()
+        # A provider's 429 is a failed attempt like any other (a destination that always answers
+        # 429 must end dead, not loop); its Retry-After is the least we wait. Only our own shared
+        # rate limiter's waits are free (they never reach the provider).
+        outcome = schedule_retry_or_dead_letter(notification, exc, claimed_at=attempt.started_at)
+    if outcome == "retrying" and isinstance(exc, TransientChannelError) and exc.code == "throttled":
+        metrics.record_rate_limited(channel=notification.channel)
+    if outcome == "retrying":
+        notification_enqueue(notification_id=notification.pk)
+    return DeliveryOutcome(outcome, attempt.number)
+
+
+def retry_delay_seconds(*, channel: str, attempt_number: int, retry_after: float | None = None) -> float:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^(n-1))), and never
+    sooner than a provider's Retry-After, itself capped by the policy's cap (a Retry-After of a
+    day must not park a notification for a day)."""
+    policy = get_config().retry_policy(channel)
+    ceiling = min(policy.cap_seconds, policy.base_seconds * (2 ** max(0, attempt_number - 1)))
+    delay = random.uniform(0, ceiling)
+    return max(delay, min(retry_after or 0.0, policy.cap_seconds))
+
+
+def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException, *, claimed_at: datetime) -> str:
+    """After a failed try of the claim made at ``claimed_at``: retry later, or dead-letter when the
+    budget is spent; "skipped" when that claim is no longer current (see claim_finish)."""
+    policy = get_config().retry_policy(notification.channel)
+    if notification.attempt_count >= policy.max_attempts:
+        if not claim_finish(notification.pk, claimed_at=claimed_at, to=Status.DEAD, last_error=str(exc)[:4000]):
+            return "skipped"
+        notification.refresh_from_db()
+        dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
+        metrics.record_dead(channel=notification.channel)
+        logger.warning(
+            "notification %s is dead after %d attempts",
+            notification.pk,
+            notification.attempt_count,
+            extra={"notification_id": str(notification.pk)},
+        )
+        return "dead"
+    retry_after = exc.retry_after if isinstance(exc, TransientChannelError) else None
+    delay = retry_delay_seconds(channel=notification.channel, attempt_number=notification.attempt_count, retry_after=retry_after)
+    if not claim_finish(
+        notification.pk,
+        claimed_at=claimed_at,
+        to=Status.RETRYING,
+        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+        enqueued_at=None,
+        last_error=str(exc)[:4000],
+    ):
+        return "skipped"
+    metrics.record_retry(channel=notification.channel, reason=getattr(exc, "code", "unexpected"))
+    return "retrying"

@@ -1,0 +1,94 @@
+"""The outbox sweeper: enqueue what is due, re-enqueue what the broker lost, recover sends whose worker died."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..conf import get_config
+from ..errors import (
+    TransientChannelError,
+)
+from ..models import (
+    AttemptOutcome,
+    Notification,
+    Status,
+)
+from .outbox import notification_enqueue
+from .outcomes import attempt_finish, schedule_retry_or_dead_letter
+
+# Rows due this recently are left to the on-commit enqueue that is about to happen.
+SWEEP_GRACE_SECONDS = 2.0
+SWEEP_BATCH = 500
+
+logger = logging.getLogger("notifications.services")
+
+
+@dataclass
+class SweepReport:
+    enqueued: int = 0
+    requeued: int = 0
+    recovered: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.enqueued + self.requeued + self.recovered
+
+
+def notification_sweep(*, now: datetime | None = None) -> SweepReport:
+    """One pass of the outbox sweeper: enqueue what is due, re-enqueue what the broker may have
+    lost, and recover sends whose worker died. Safe to run in several processes at once."""
+    config = get_config()
+    now = now or timezone.now()
+    report = SweepReport()
+    queued_timeout = timedelta(seconds=config.queued_timeout_seconds)
+
+    due = Notification.objects.filter(
+        Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=now - queued_timeout),
+        status__in=[Status.ACCEPTED, Status.RETRYING],
+        next_attempt_at__lte=now - timedelta(seconds=SWEEP_GRACE_SECONDS),
+    ).values_list("pk", flat=True)[:SWEEP_BATCH]
+    for pk in list(due):
+        report.enqueued += notification_enqueue(notification_id=pk)
+
+    lost = Notification.objects.filter(
+        Q(enqueued_at__lt=now - queued_timeout)
+        | Q(enqueued_at__isnull=True, updated_at__lt=now - timedelta(seconds=SWEEP_GRACE_SECONDS)),
+        status=Status.QUEUED,
+    ).values_list("pk", flat=True)[:SWEEP_BATCH]
+    for pk in list(lost):
+        report.requeued += notification_enqueue(notification_id=pk)
+
+    stuck = Notification.objects.filter(
+        status=Status.SENDING, claimed_at__lt=now - timedelta(seconds=config.sending_timeout_seconds)
+    ).values_list("pk", flat=True)[:SWEEP_BATCH]
+    for pk in list(stuck):
+        report.recovered += _notification_recover_interrupted(
+            notification_id=pk, claimed_before=now - timedelta(seconds=config.sending_timeout_seconds)
+        )
+    return report
+
+
+def _notification_recover_interrupted(*, notification_id: Any, claimed_before: datetime) -> bool:
+    """A send whose worker vanished: record the attempt as interrupted and try again."""
+    error = TransientChannelError("the worker stopped before the send finished (recovered by the sweeper)")
+    with transaction.atomic():
+        # claimed_at again under the lock: the send may have ended and been claimed afresh since the scan.
+        notification = (
+            Notification.objects.select_for_update()
+            .filter(pk=notification_id, status=Status.SENDING, claimed_at__lt=claimed_before)
+            .first()
+        )
+        if notification is None or notification.claimed_at is None:
+            return False
+        attempt = notification.attempts.filter(outcome=AttemptOutcome.IN_PROGRESS).order_by("-number").first()
+        if attempt is not None:
+            attempt_finish(attempt, AttemptOutcome.INTERRUPTED, error=error)
+        schedule_retry_or_dead_letter(notification, error, claimed_at=notification.claimed_at)
+    return True

@@ -1,0 +1,129 @@
+"""Fast service-level tests of the delivery rules: Dramatiq's StubBroker and an in-process worker
+instead of RabbitMQ and worker processes, the real PostgreSQL and Redis, providers faked at the
+network boundary. A rule here is checked in milliseconds to a second; the end-to-end tests beside
+these prove the same paths through the real broker and processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+from django_dramatiq.middleware import DbConnectionsMiddleware
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import CurrentMessage, Retries
+
+from notifications import actors, services
+from notifications.conf import BULK_QUEUE, HIGH_QUEUE
+from notifications.models import AttemptOutcome, DeadLetter, DeadLetterReason, Notification, Status
+
+from .factories import accept_notification, make_api_client, make_recipient
+from .fakes import FakeProviderServer, Reply, override_notifications, provider_server_fixture  # noqa: F401  (fixture)
+
+DELIVERY_ACTORS = (actors.deliver_notification, actors.deliver_bulk_notification)
+
+
+@pytest.fixture
+def stub_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubBroker]:
+    """A StubBroker with the delivery actors, made the global broker for this test."""
+    broker = StubBroker(middleware=[Retries(), CurrentMessage(), DbConnectionsMiddleware()])
+    broker.emit_after("process_boot")
+    for actor in DELIVERY_ACTORS:
+        monkeypatch.setattr(actor, "broker", broker)
+        broker.declare_actor(actor)
+    original = dramatiq.get_broker()
+    dramatiq.set_broker(broker)
+    try:
+        yield broker
+    finally:
+        dramatiq.set_broker(original)
+        broker.close()
+
+
+@pytest.fixture
+def stub_worker(stub_broker: StubBroker, transactional_db: None) -> Iterator[dramatiq.Worker]:
+    worker = dramatiq.Worker(stub_broker, worker_threads=1, worker_timeout=50)
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+def drain(broker: StubBroker, worker: dramatiq.Worker) -> None:
+    for queue in (HIGH_QUEUE, BULK_QUEUE):
+        broker.join(queue, timeout=20_000, fail_fast=False)
+    worker.join()
+
+
+def test_accepting_enqueues_one_message_on_the_queue_of_its_priority(
+    stub_broker: StubBroker, db: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    client, _ = make_api_client()
+    with django_capture_on_commit_callbacks(execute=True):
+        high = accept_notification(client)
+        bulk = accept_notification(client, priority="bulk")
+    [high_message] = [dramatiq.Message.decode(data) for data in stub_broker.queues[HIGH_QUEUE].queue]
+    [bulk_message] = [dramatiq.Message.decode(data) for data in stub_broker.queues[BULK_QUEUE].queue]
+    assert (high_message.actor_name, list(high_message.args)) == ("deliver_notification", [str(high.pk)])
+    assert (bulk_message.actor_name, list(bulk_message.args)) == ("deliver_bulk_notification", [str(bulk.pk)])
+    assert Notification.objects.get(pk=high.pk).status == Status.QUEUED
+    assert Notification.objects.get(pk=bulk.pk).enqueued_at is not None
+
+
+def test_rate_limit_waits_do_not_spend_the_retries_of_an_unexpected_error(
+    stub_broker: StubBroker, stub_worker: dramatiq.Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four waits for a send slot, then an error nobody modelled: the error still gets all of its
+    broker retries (Dramatiq's Retries middleware counts every exception, Retry included)."""
+    calls: list[str] = []
+
+    def deliver(*, notification_id: Any) -> services.DeliveryOutcome:
+        calls.append("wait" if len(calls) < 4 else "error")
+        if len(calls) <= 4:
+            raise services.SendRateLimited(0.001)
+        raise RuntimeError("the database said something odd")
+
+    monkeypatch.setattr(services, "notification_deliver", deliver)
+    actors.deliver_notification.send_with_options(args=("any-id",), min_backoff=1, max_backoff=5)
+    drain(stub_broker, stub_worker)
+
+    assert calls == ["wait"] * 4 + ["error"] * (1 + actors.UNEXPECTED_ERROR_RETRIES)
+    [failed] = stub_broker.dead_letters
+    assert failed.options["retries"] == actors.UNEXPECTED_ERROR_RETRIES + 1
+
+
+def test_a_destination_that_only_answers_429_is_dead_after_its_budget_with_one_attempt_row_each(
+    stub_broker: StubBroker, stub_worker: dramatiq.Worker, provider_server: FakeProviderServer
+) -> None:
+    too_many = Reply(429, {"code": 20429, "message": "Too Many Requests", "status": 429}, {"Retry-After": "30"})
+    provider_server.reply_next(*[too_many] * 10)
+    client, _ = make_api_client()
+    make_recipient(client, "u1", phone="+14155550100")
+    with override_notifications(RETRY_MAX_ATTEMPTS=3, RETRY_BASE_SECONDS=0.01, RETRY_CAP_SECONDS=0.05):
+        notification = accept_notification(client, channel="sms", to="")
+        services.notification_enqueue(notification_id=notification.pk)
+        # Each retry is a delayed message (the backoff is far below BROKER_DELAY_MAX_SECONDS), so
+        # the stub's delay queue carries the notification through its whole budget.
+        drain(stub_broker, stub_worker)
+
+    notification.refresh_from_db()
+    assert notification.status == Status.DEAD
+    assert notification.attempt_count == 3
+    assert list(notification.attempts.values_list("outcome", flat=True)) == [AttemptOutcome.TRANSIENT_ERROR] * 3
+    assert len(provider_server.requests) == 3
+    assert DeadLetter.objects.filter(notification=notification, reason=DeadLetterReason.RETRIES_EXHAUSTED).count() == 1
+
+
+def test_a_429_retry_after_beyond_the_cap_waits_only_the_cap(provider_server: FakeProviderServer, db: None) -> None:
+    provider_server.reply_next(Reply(429, {"message": "slow down"}, {"Retry-After": "86400"}))
+    client, _ = make_api_client()
+    with override_notifications(RETRY_MAX_ATTEMPTS=3, RETRY_BASE_SECONDS=1, RETRY_CAP_SECONDS=60):
+        notification = accept_notification(client, channel="sms", to="+14155550100")
+        outcome = services.notification_deliver(notification_id=notification.pk)
+    notification.refresh_from_db()
+    assert outcome.outcome == "retrying"
+    assert notification.attempt_count == 1
+    wait = (notification.next_attempt_at - notification.updated_at).total_seconds()
+    assert 59 <= wait <= 61
