@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone as django_timezone
 
 from .channels.registry import CHANNEL_NAMES
@@ -139,6 +139,11 @@ class Notification(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
 
+    # Not columns: what claim_for_delivery's RETURNING adds for the send.
+    client_name: str
+    client_webhook_secret: str
+    last_attempt_number: int
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [
@@ -184,6 +189,29 @@ class Notification(models.Model):
             current = current.filter(claimed_at=only_claimed_at)
         updated = current.update(status=to, updated_at=django_timezone.now(), **fields)
         return updated == 1
+
+    @classmethod
+    def claim_for_delivery(cls, notification_id: Any, *, now: datetime) -> Notification | None:
+        """Take a pending notification for one send, in one ``UPDATE ... RETURNING``: status
+        ``sending``, one more attempt, ``claimed_at = now``; None when another worker won it or it
+        is no longer pending. The row comes back whole with its client's ``client_name`` and
+        ``client_webhook_secret`` and ``last_attempt_number`` (attempt numbers keep counting across
+        redrives, which reset ``attempt_count``), so the send needs no read of its own."""
+        sources = sorted(PENDING_STATUSES)  # each may move to sending (TRANSITIONS)
+        quote = connection.ops.quote_name
+        table, clients = quote(cls._meta.db_table), quote(ApiClient._meta.db_table)
+        attempts = quote(DeliveryAttempt._meta.db_table)
+        columns = ", ".join(f"{table}.{quote(str(field.column))}" for field in cls._meta.concrete_fields)
+        sql = (
+            f"UPDATE {table} SET status = %s, claimed_at = %s, updated_at = %s, attempt_count = attempt_count + 1 "
+            f"FROM {clients} WHERE {table}.id = %s AND {table}.status IN (%s, %s, %s) AND {clients}.id = {table}.client_id "
+            f"RETURNING {columns}, {clients}.name AS client_name, {clients}.webhook_secret AS client_webhook_secret, "
+            f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempts} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
+        )
+        stamp = connection.ops.adapt_datetimefield_value(now)
+        pk = cls._meta.pk.get_db_prep_value(uuid.UUID(str(notification_id)), connection)  # type: ignore[union-attr]
+        claimed = list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, pk, *sources]))
+        return claimed[0] if claimed else None
 
 
 class AttemptOutcome(models.TextChoices):

@@ -238,6 +238,7 @@ class ReceivedMail:
     mail_from: str
     rcpt_tos: list[str]
     message: EmailMessage
+    peer: Any = None  # the client's (host, port): one per SMTP connection
 
 
 class _RecordingHandler:
@@ -254,7 +255,7 @@ class _RecordingHandler:
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         message = email.message_from_bytes(envelope.original_content or envelope.content, policy=email.policy.default)
         assert isinstance(message, EmailMessage)
-        self.received.append(ReceivedMail(envelope.mail_from, list(envelope.rcpt_tos), message))
+        self.received.append(ReceivedMail(envelope.mail_from, list(envelope.rcpt_tos), message, session.peer))
         return "250 Message accepted for delivery"
 
 

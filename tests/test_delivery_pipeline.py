@@ -384,7 +384,9 @@ def test_when_the_broker_is_down_at_accept_the_api_answers_202_and_the_sweeper_d
     assert status_code == "202"
     assert "could not enqueue notification" in accepted.stderr
     notification = Notification.objects.get(pk=notification_id)
-    assert (notification.status, notification.enqueued_at) == (Status.ACCEPTED, None)
+    # Written queued in its accept transaction; the failed publish cleared enqueued_at, which is
+    # what the sweeper looks for.
+    assert (notification.status, notification.enqueued_at) == (Status.QUEUED, None)
     assert not any(broker_messages().values())
 
     platform.worker()
@@ -418,14 +420,17 @@ def test_a_worker_killed_mid_send_loses_nothing_and_the_attempt_is_recorded_inte
 def test_a_send_that_ends_after_the_sweeper_recovered_it_leaves_the_new_claim_alone(broker: dramatiq.Broker) -> None:
     client, _ = make_api_client()
     notification = accept_notification(client, to="kim@example.com")
-    stale = delivery._notification_claim(notification)
-    assert stale is not None
+    claimed = delivery._notification_claim(notification.pk)
+    assert claimed is not None
+    notification, stale = claimed
     # That worker froze past SENDING_TIMEOUT_SECONDS: the sweeper recovers the send and another
     # worker claims it again.
     later = timezone.now() + timedelta(seconds=get_config().sending_timeout_seconds + 1)
     assert services.notification_sweep(now=later).recovered == 1
-    fresh = delivery._notification_claim(Notification.objects.get(pk=notification.pk))
-    assert fresh is not None and fresh.number == 2
+    reclaimed = delivery._notification_claim(notification.pk)
+    assert reclaimed is not None
+    _, fresh = reclaimed
+    assert fresh.number == 2
 
     # Now the frozen send comes back with its answer; whatever it says, the new claim stands.
     late_transient = delivery_outcomes.record_transient_failure(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import smtplib
+import threading
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
@@ -10,7 +13,43 @@ from django.core.mail import EmailMessage, get_connection
 from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
 
 
+class _ConnectionPerThread:
+    """One open email backend connection per worker thread, reused across sends: an SMTP
+    handshake (and TLS, and AUTH) per message cost more than the message. Keyed by the email
+    settings, so a change of server opens a new one."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @staticmethod
+    def _settings_key() -> tuple[Any, ...]:
+        return tuple(getattr(settings, name, None) for name in ("EMAIL_BACKEND", "EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER"))
+
+    def get(self) -> tuple[Any, bool]:
+        """This thread's connection, and whether it was open already (reused)."""
+        held = getattr(self._local, "held", None)
+        key = self._settings_key()
+        if held is not None and held[0] == key:
+            return held[1], True
+        self.drop()
+        connection = get_connection(fail_silently=False)
+        connection.open()
+        self._local.held = (key, connection)
+        return connection, False
+
+    def drop(self) -> None:
+        held = getattr(self._local, "held", None)
+        self._local.held = None
+        if held is not None:
+            # A connection already broken is exactly what is being dropped.
+            with contextlib.suppress(Exception):
+                held[1].close()
+
+
 class DjangoEmailProvider:
+    def __init__(self) -> None:
+        self._connections = _ConnectionPerThread()
+
     def account(self) -> str:
         return str(getattr(settings, "EMAIL_HOST_USER", ""))
 
@@ -27,19 +66,35 @@ class DjangoEmailProvider:
             },
         )
         try:
-            with get_connection(fail_silently=False) as connection:
-                sent = connection.send_messages([email])
+            sent = self._send_on_kept_connection(email)
         except smtplib.SMTPRecipientsRefused as exc:
             # A 4xx refusal (greylisting, a full mailbox, too many recipients now) may pass later.
             if all(500 <= code < 600 for code, _ in exc.recipients.values()):
                 raise PermanentChannelError(f"recipient refused: {exc.recipients}") from exc
             raise TransientChannelError(f"recipient refused for now: {exc.recipients}") from exc
         except smtplib.SMTPResponseException as exc:
+            self._connections.drop()  # the session may be in any state after an error reply
             if 500 <= exc.smtp_code < 600:
                 raise PermanentChannelError(f"SMTP {exc.smtp_code}: {exc.smtp_error!r}") from exc
             raise TransientChannelError(f"SMTP {exc.smtp_code}: {exc.smtp_error!r}") from exc
         except (TimeoutError, smtplib.SMTPException, OSError) as exc:
+            self._connections.drop()
             raise TransientChannelError(f"{type(exc).__name__}: {exc}") from exc
         if not sent:
             raise TransientChannelError("the email backend reported 0 messages sent")
         return SendResult(provider_message_id=email.extra_headers["Message-ID"], response_summary="accepted by SMTP")
+
+    def _send_on_kept_connection(self, email: EmailMessage) -> int:
+        """Send on this thread's open connection; when the server closed it while it sat idle
+        (servers drop idle sessions after minutes), once more on a fresh one."""
+        connection, reused = self._connections.get()
+        try:
+            return int(connection.send_messages([email]))
+        except OSError as exc:
+            # SMTP replies are OSErrors too; only a broken connection is worth a second try.
+            broken = isinstance(exc, smtplib.SMTPServerDisconnected) or not isinstance(exc, smtplib.SMTPException)
+            if not (broken and reused):
+                raise
+            self._connections.drop()
+        connection, _ = self._connections.get()
+        return int(connection.send_messages([email]))

@@ -14,7 +14,6 @@ Modules point one way: ``accept`` and ``dead_letters`` -> ``outbox``; ``sweeper`
 from __future__ import annotations
 
 from .accept import (
-    IDEMPOTENCY_STALE_SECONDS,
     AcceptResult,
     NotificationRequest,
     notification_accept,
@@ -39,7 +38,6 @@ from .retention import PurgeReport, notification_purge
 from .sweeper import SweepReport, notification_sweep
 
 __all__ = [
-    "IDEMPOTENCY_STALE_SECONDS",
     "RECIPIENT_FIELDS",
     "AcceptResult",
     "DeliveryOutcome",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from .. import tracing
@@ -31,12 +31,8 @@ from ..models import (
     Status,
 )
 from ..selectors import notification_get, recipient_get
-from .outbox import notification_enqueue
-
-# A key still "processing" this long after it was claimed belongs to a request that died before
-# committing anything (the notification and the key's completion commit together), so a new
-# request may take it over.
-IDEMPOTENCY_STALE_SECONDS = 60
+from ..sql import insert_or_nothing
+from .outbox import notification_enqueued_state, notification_publish
 
 logger = logging.getLogger("notifications.services")
 
@@ -76,75 +72,85 @@ def notification_accept(
     idempotency_key: str | None,
     fingerprint: str,
 ) -> AcceptResult:
-    """Accept one notification exactly once per (client, idempotency key).
+    """Accept one notification exactly once per (client, idempotency key), in one write transaction.
 
-    The key is claimed with a unique insert first. Called on its own (the API), that insert
-    commits at once, so a concurrent request with the same key sees it (409) instead of waiting;
-    inside a caller's transaction (the event consumer) it commits with the rest. The notification
-    and the key's stored response commit together, so a replay always finds the first answer.
+    The row is built (validated, its address looked up) before anything is written. Then one
+    transaction inserts the key with its final answer (``INSERT ... ON CONFLICT DO NOTHING``) and
+    the notification already in its enqueued state, so the publish after commit needs no further
+    write. A concurrent request with the same key waits on the key's unique index until the first
+    commits, then finds the key and replays the first answer: never two notifications, no 409 for a
+    request that merely raced. A key already taken answers its stored response (or 422 for another
+    body) even when this request could no longer be accepted (say its recipient was deleted since).
     """
     key = idempotency_key or str(uuid.uuid4())
-    record = _idempotency_claim(client=client, key=key, fingerprint=fingerprint)
-    if record.state == IdempotencyKeyState.COMPLETED:
-        return AcceptResult(
-            status_code=record.response_status or 202,
-            body=dict(record.response_body or {}),
-            replayed=True,
-            notification_id=str((record.response_body or {}).get("id", "")),
-        )
     try:
-        with transaction.atomic():
-            notification = _notification_create(client=client, request=request, idempotency_key=key)
-            body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
-            updated = IdempotencyKey.objects.filter(pk=record.pk, state=IdempotencyKeyState.PROCESSING).update(
-                state=IdempotencyKeyState.COMPLETED, response_status=202, response_body=body
-            )
-            if not updated:  # pragma: no cover - someone took over a key we still held
-                raise IdempotencyInFlight("this idempotency key was taken over by another request")
-            transaction.on_commit(lambda: notification_enqueue(notification_id=notification.id))
-    except Exception:
-        # Nothing was created: free the key so the client can correct the request and try again.
-        IdempotencyKey.objects.filter(pk=record.pk, state=IdempotencyKeyState.PROCESSING).delete()
+        notification = _notification_create(client=client, request=request, idempotency_key=key)
+    except ValidationFailed:
+        replay = _idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=timezone.now())
+        if replay is not None:
+            return replay
         raise
+    now = notification.created_at
+    delay_seconds = notification_enqueued_state(notification, now=now)
+    body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
+    with transaction.atomic():
+        if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=now):
+            replay = _idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=now)
+            if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
+                raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
+            return replay
+        notification.save(force_insert=True)
+        if notification.enqueued_at is not None:
+            transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay_seconds))
     return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
 
 
-def _idempotency_claim(*, client: ApiClient, key: str, fingerprint: str) -> IdempotencyKey:
-    now = timezone.now()
-    ttl = timedelta(seconds=get_config().idempotency_key_ttl_seconds)
-    IdempotencyKey.objects.filter(client=client, key=key, expires_at__lte=now).delete()
-    try:
-        with transaction.atomic():
-            return IdempotencyKey.objects.create(
-                client=client, key=key, fingerprint=fingerprint, created_at=now, expires_at=now + ttl
-            )
-    except IntegrityError:
-        pass
-    existing = IdempotencyKey.objects.filter(client=client, key=key).first()
-    if existing is None:  # expired and purged between our insert and this read: claim again
-        return _idempotency_claim(client=client, key=key, fingerprint=fingerprint)
-    if existing.fingerprint != fingerprint:
+def _idempotency_claim(*, client: ApiClient, key: str, fingerprint: str, body: dict[str, Any], now: datetime) -> bool:
+    """Insert the key with its final answer; False when a live key is there already. An expired
+    key is replaced in place (only here, on the conflict, so the usual case is one INSERT)."""
+    expires_at = now + timedelta(seconds=get_config().idempotency_key_ttl_seconds)
+    values = {
+        "client_id": client.pk,
+        "key": key,
+        "fingerprint": fingerprint,
+        "state": IdempotencyKeyState.COMPLETED,
+        "response_status": 202,
+        "response_body": body,
+        "created_at": now,
+        "expires_at": expires_at,
+    }
+    if insert_or_nothing(IdempotencyKey, values, conflict_fields=("client_id", "key")):
+        return True
+    replaced = IdempotencyKey.objects.filter(client=client, key=key, expires_at__lte=now).update(
+        fingerprint=fingerprint, state=IdempotencyKeyState.COMPLETED, response_status=202, response_body=body,
+        created_at=now, expires_at=expires_at,
+    )  # fmt: skip
+    return bool(replaced)
+
+
+def _idempotency_replay(*, client: ApiClient, key: str, fingerprint: str, now: datetime) -> AcceptResult | None:
+    """The stored answer of a live key (422 for another body); None when there is none."""
+    record = IdempotencyKey.objects.filter(client=client, key=key, expires_at__gt=now).first()
+    if record is None:
+        return None
+    if record.fingerprint != fingerprint:
         raise IdempotencyConflict(
             "this Idempotency-Key was already used with a different request body",
             extra={"idempotency_key": key},
         )
-    if existing.state == IdempotencyKeyState.COMPLETED:
-        return existing
-    stale_before = now - timedelta(seconds=IDEMPOTENCY_STALE_SECONDS)
-    if existing.created_at < stale_before:
-        took_over = IdempotencyKey.objects.filter(
-            pk=existing.pk, state=IdempotencyKeyState.PROCESSING, created_at=existing.created_at
-        ).update(created_at=now)
-        if took_over:
-            existing.created_at = now
-            return existing
-    raise IdempotencyInFlight(
-        "a request with this Idempotency-Key is still being processed; retry shortly",
-        extra={"idempotency_key": key},
+    if record.state != IdempotencyKeyState.COMPLETED:  # a key left by a version that claimed first
+        raise IdempotencyInFlight(
+            "a request with this Idempotency-Key is still being processed; retry shortly",
+            extra={"idempotency_key": key},
+        )
+    body = dict(record.response_body or {})
+    return AcceptResult(
+        status_code=record.response_status or 202, body=body, replayed=True, notification_id=str(body.get("id", ""))
     )
 
 
 def _notification_create(*, client: ApiClient, request: NotificationRequest, idempotency_key: str) -> Notification:
+    """The notification the request asks for, validated and addressed, not yet saved."""
     config = get_config()
     if len(request.message.encode()) > config.max_message_bytes:
         raise ValidationFailed(
@@ -164,7 +170,9 @@ def _notification_create(*, client: ApiClient, request: NotificationRequest, ide
             )
         address = validate_address(request.channel, stored, field="to")
     now = timezone.now()
-    return Notification.objects.create(
+    # Built, not saved: notification_accept writes it in the same transaction as its key.
+    return Notification(
+        id=uuid.uuid4(),
         client=client,
         user_id=request.user_id,
         channel=request.channel,

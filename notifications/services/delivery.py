@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Max
 from django.utils import timezone
 
 from .. import metrics, tracing
@@ -18,12 +17,7 @@ from ..errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ..models import (
-    AttemptOutcome,
-    DeliveryAttempt,
-    Notification,
-    Status,
-)
+from ..models import PENDING_STATUSES, AttemptOutcome, DeliveryAttempt, Notification, Status
 from ..ratelimit import wait_for_send_slot
 from .outcomes import DeliveryOutcome, attempt_finish, claim_finish, record_permanent_failure, record_transient_failure
 
@@ -41,52 +35,43 @@ class SendRateLimited(Exception):
 def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     """Deliver one notification if it is still pending and due: claim, send, record.
 
-    Raises SendRateLimited when the channel has no free slot; the actor then puts its message
-    back for that long without spending its retries (see actors).
+    Two short write transactions: the claim (one ``UPDATE ... RETURNING`` and the attempt's
+    insert) and the outcome (the attempt's and the notification's updates). Raises SendRateLimited
+    when the channel has no free slot; the actor then puts its message back for that long without
+    spending its retries (see actors).
     """
-    notification = Notification.objects.select_related("client").filter(pk=notification_id).first()
-    if notification is None or notification.status not in (Status.ACCEPTED, Status.QUEUED, Status.RETRYING):
+    pending = (
+        Notification.objects.filter(pk=notification_id, status__in=PENDING_STATUSES)
+        .values_list("channel", "next_attempt_at")
+        .first()
+    )
+    if pending is None:
         return DeliveryOutcome("skipped")
-    if notification.next_attempt_at and notification.next_attempt_at > timezone.now() + timedelta(seconds=1):
+    channel, next_attempt_at = pending
+    if next_attempt_at and next_attempt_at > timezone.now() + timedelta(seconds=1):
         # An early duplicate hint; the row's own schedule (and the sweeper) decides when.
         return DeliveryOutcome("skipped")
-    reservation = wait_for_send_slot(
-        channel_spec(notification.channel).rate_limit_bucket, account=provider_account(notification.channel)
-    )
+    reservation = wait_for_send_slot(channel_spec(channel).rate_limit_bucket, account=provider_account(channel))
     if not reservation.reserved:
-        metrics.record_rate_limited(channel=notification.channel)
+        metrics.record_rate_limited(channel=channel)
         raise SendRateLimited(reservation.wait_seconds)
-    attempt = _notification_claim(notification)
-    if attempt is None:
+    claimed = _notification_claim(notification_id)
+    if claimed is None:
         return DeliveryOutcome("skipped")
-    return _notification_send(notification, attempt)
+    return _notification_send(*claimed)
 
 
-def _notification_claim(notification: Notification) -> DeliveryAttempt | None:
+def _notification_claim(notification_id: Any) -> tuple[Notification, DeliveryAttempt] | None:
     """Atomically take the notification for this worker; None when another worker got it first."""
     now = timezone.now()
     with transaction.atomic():
-        won = Notification.transition(
-            notification.pk,
-            Status.SENDING,
-            only_from=[Status.ACCEPTED, Status.QUEUED, Status.RETRYING],
-            claimed_at=now,
-            attempt_count=F("attempt_count") + 1,
-        )
-        if not won:
+        notification = Notification.claim_for_delivery(notification_id, now=now)
+        if notification is None:
             return None
-        # Read back only what the claim changed (a full refresh would drop the prefetched client),
-        # with the last attempt's number, in one query.
-        claimed = (
-            Notification.objects.filter(pk=notification.pk)
-            .annotate(last_number=Max("attempts__number"))
-            .values("status", "claimed_at", "attempt_count", "updated_at", "last_number")
-            .get()
+        attempt = DeliveryAttempt.objects.create(
+            notification=notification, number=notification.last_attempt_number + 1, started_at=now
         )
-        for field in ("status", "claimed_at", "attempt_count", "updated_at"):
-            setattr(notification, field, claimed[field])
-        number = (claimed["last_number"] or 0) + 1
-        return DeliveryAttempt.objects.create(notification=notification, number=number, started_at=now)
+    return notification, attempt
 
 
 def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> DeliveryOutcome:
@@ -98,8 +83,8 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         body=notification.message,
         metadata=notification.metadata,
         idempotency_key=str(notification.pk),
-        client_name=notification.client.name,
-        webhook_secret=notification.client.webhook_secret,
+        client_name=notification.client_name,
+        webhook_secret=notification.client_webhook_secret,
     )
     started = time.monotonic()
     with tracing.provider_span(notification, attempt.number) as span:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 import dramatiq
@@ -57,4 +58,33 @@ def notification_enqueue(*, notification_id: Any) -> bool:
         Notification.objects.filter(pk=notification.pk, status=Status.RETRYING).update(**fields)
     else:
         Notification.objects.filter(pk=notification.pk, status__in=[Status.ACCEPTED, Status.RETRYING]).update(**fields)
+    return True
+
+
+def notification_enqueued_state(notification: Notification, *, now: datetime) -> float:
+    """Give an unsaved notification the state it is written in, so the publish after its commit
+    needs no further write: ``queued`` and enqueued when due now, enqueued but still ``accepted``
+    when due within BROKER_DELAY_MAX_SECONDS (a delayed message), left for the sweeper beyond.
+    Returns the publish delay in seconds."""
+    due_at = notification.next_attempt_at or now
+    delay = max(0.0, (due_at - now).total_seconds())
+    if delay > get_config().broker_delay_max_seconds:
+        return delay
+    notification.enqueued_at = now
+    if delay == 0:
+        notification.status = Status.QUEUED
+    return delay
+
+
+def notification_publish(*, notification: Notification, delay_seconds: float) -> bool:
+    """Publish the delivery message of a notification committed in its enqueued state. When the
+    broker refuses, clear ``enqueued_at`` so the sweeper sends it as soon as its grace is over."""
+    try:
+        delivery_message_send(
+            notification_ids=[str(notification.pk)], priority=notification.priority, delay_seconds=delay_seconds
+        )
+    except Exception:
+        logger.warning("could not enqueue notification %s; the sweeper will retry", notification.pk, exc_info=True)
+        Notification.objects.filter(pk=notification.pk, enqueued_at=notification.enqueued_at).update(enqueued_at=None)
+        return False
     return True

@@ -26,7 +26,7 @@ from ..models import (
     Status,
 )
 from .dead_letters import dead_letter_create
-from .outbox import notification_enqueue
+from .outbox import notification_publish
 
 logger = logging.getLogger("notifications.services")
 
@@ -69,7 +69,6 @@ def record_permanent_failure(
     with transaction.atomic():
         attempt_finish(attempt, AttemptOutcome.PERMANENT_ERROR, error=exc, started=started)
         if claim_finish(notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000]):
-            notification.refresh_from_db()
             dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
     # The code, not the provider's words: those can quote the recipient or echo the message, and
     # they are kept on the DeliveryAttempt for support staff.
@@ -88,15 +87,12 @@ def record_transient_failure(
 ) -> DeliveryOutcome:
     with transaction.atomic():
         attempt_finish(attempt, AttemptOutcome.TRANSIENT_ERROR, error=exc, started=started)
-        notification.refresh_from_db()
         # A provider's 429 is a failed attempt like any other (a destination that always answers
         # 429 must end dead, not loop); its Retry-After is the least we wait. Only our own shared
         # rate limiter's waits are free (they never reach the provider).
         outcome = schedule_retry_or_dead_letter(notification, exc, claimed_at=attempt.started_at)
     if outcome == "retrying" and isinstance(exc, TransientChannelError) and exc.code == "throttled":
         metrics.record_rate_limited(channel=notification.channel)
-    if outcome == "retrying":
-        notification_enqueue(notification_id=notification.pk)
     return DeliveryOutcome(outcome, attempt.number)
 
 
@@ -117,7 +113,6 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
     if notification.attempt_count >= policy.max_attempts:
         if not claim_finish(notification.pk, claimed_at=claimed_at, to=Status.DEAD, last_error=str(exc)[:4000]):
             return "skipped"
-        notification.refresh_from_db()
         dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
         metrics.record_dead(channel=notification.channel)
         logger.warning(
@@ -129,14 +124,21 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
         return "dead"
     retry_after = exc.retry_after if isinstance(exc, TransientChannelError) else None
     delay = retry_delay_seconds(channel=notification.channel, attempt_number=notification.attempt_count, retry_after=retry_after)
+    now = timezone.now()
+    # A short backoff is a delayed broker message, published after this commit with no further
+    # write; a long one waits in the row for the sweeper (see services/outbox.py).
+    publish = delay <= get_config().broker_delay_max_seconds
     if not claim_finish(
         notification.pk,
         claimed_at=claimed_at,
         to=Status.RETRYING,
-        next_attempt_at=timezone.now() + timedelta(seconds=delay),
-        enqueued_at=None,
+        next_attempt_at=now + timedelta(seconds=delay),
+        enqueued_at=now if publish else None,
         last_error=str(exc)[:4000],
     ):
         return "skipped"
     metrics.record_retry(channel=notification.channel, reason=getattr(exc, "code", "unexpected"))
+    if publish:
+        notification.enqueued_at = now
+        transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
     return "retrying"

@@ -1,0 +1,30 @@
+"""SQL the ORM cannot say in one statement, written once for PostgreSQL and SQLite alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection, models
+
+
+def insert_or_nothing(model: type[models.Model], values: dict[str, Any], *, conflict_fields: tuple[str, ...]) -> bool:
+    """``INSERT ... ON CONFLICT (conflict_fields) DO NOTHING RETURNING 1``: True when the row went in.
+
+    One round trip where ``get_or_create`` takes two or three and ``bulk_create(ignore_conflicts=True)``
+    cannot say whether the row was inserted. A concurrent insert of the same key waits for the
+    other transaction to end, then reports the conflict. ``values`` are by column name and prepared
+    by the model's own fields, so JSON and datetimes are stored exactly as the ORM would.
+    """
+    meta = model._meta
+    fields = {field.column: field for field in meta.concrete_fields}
+    columns = list(values)
+    params = [fields[column].get_db_prep_save(values[column], connection) for column in columns]
+    quote = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON CONFLICT ({', '.join(quote(c) for c in conflict_fields)}) DO NOTHING RETURNING 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None

@@ -1,0 +1,116 @@
+"""The SQL of the hot paths, counted: one accept is one write transaction, one delivery two. A
+statement added to either path fails here, before it shows in a benchmark."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from notifications import services
+from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, Status
+
+from .factories import make_api_client, make_recipient
+from .fakes import LocalSmtpServer, smtp_server_fixture  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def statements(queries: CaptureQueriesContext) -> list[str]:
+    """The first word of each statement, BEGIN and COMMIT included (Django logs them)."""
+    return [q["sql"].split()[0].upper() for q in queries.captured_queries]
+
+
+def writes(queries: CaptureQueriesContext) -> list[str]:
+    return [kind for kind in statements(queries) if kind in ("INSERT", "UPDATE", "DELETE")]
+
+
+@pytest.fixture
+def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Count the delivery messages published after commit without a broker round trip."""
+    published: list[str] = []
+    monkeypatch.setattr(
+        services.outbox,
+        "delivery_message_send",
+        lambda *, notification_ids, priority, delay_seconds=0.0: published.extend(notification_ids),
+    )
+    yield published
+
+
+def test_one_accept_with_an_address_is_two_inserts_in_one_transaction(no_publish: list[str]) -> None:
+    client, _ = make_api_client()
+    request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
+    with CaptureQueriesContext(connection) as queries:
+        result = services.notification_accept(client=client, request=request, idempotency_key="k1", fingerprint="f1")
+    assert statements(queries) == ["BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
+    assert no_publish == [result.notification_id]
+    notification = Notification.objects.get(pk=result.notification_id)
+    assert (notification.status, notification.enqueued_at is not None) == (Status.QUEUED, True)
+    assert IdempotencyKey.objects.get(key="k1").response_body == result.body
+
+
+def test_one_accept_to_a_stored_recipient_reads_the_recipient_once(no_publish: list[str]) -> None:
+    client, _ = make_api_client()
+    make_recipient(client, "u1", email="ann@example.com")
+    request = services.NotificationRequest(user_id="u1", message="hello")
+    with CaptureQueriesContext(connection) as queries:
+        services.notification_accept(client=client, request=request, idempotency_key="k2", fingerprint="f2")
+    assert statements(queries) == ["SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"]
+
+
+def test_a_replay_is_one_conflicting_insert_and_one_read(no_publish: list[str]) -> None:
+    client, _ = make_api_client()
+    request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
+    first = services.notification_accept(client=client, request=request, idempotency_key="k3", fingerprint="f3")
+    with CaptureQueriesContext(connection) as queries:
+        again = services.notification_accept(client=client, request=request, idempotency_key="k3", fingerprint="f3")
+    assert again.replayed and again.body == first.body
+    assert writes(queries) == ["INSERT", "UPDATE"]  # the insert that conflicts; the expired-key check
+    assert Notification.objects.count() == 1 and no_publish == [first.notification_id]
+
+
+def test_one_delivery_is_two_write_transactions_of_two_statements_each(
+    no_publish: list[str], smtp_server: LocalSmtpServer
+) -> None:
+    client, _ = make_api_client()
+    request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
+    accepted = services.notification_accept(client=client, request=request, idempotency_key="k4", fingerprint="f4")
+    with CaptureQueriesContext(connection) as queries:
+        outcome = services.notification_deliver(notification_id=accepted.notification_id)
+    assert outcome.outcome == "delivered"
+    # The pending check; the claim (UPDATE ... RETURNING, the attempt); the outcome (attempt, row).
+    assert statements(queries) == [
+        "SELECT", "BEGIN", "UPDATE", "INSERT", "COMMIT", "BEGIN", "UPDATE", "UPDATE", "COMMIT",
+    ], queries.captured_queries  # fmt: skip
+    assert len(smtp_server.received) == 1
+    notification = Notification.objects.get(pk=accepted.notification_id)
+    assert (notification.status, notification.attempt_count) == (Status.DELIVERED, 1)
+    assert list(DeliveryAttempt.objects.values_list("number", "outcome")) == [(1, AttemptOutcome.DELIVERED)]
+
+
+def test_a_worker_thread_sends_its_emails_over_one_kept_smtp_connection_and_reconnects_when_dropped(
+    smtp_server: LocalSmtpServer,
+) -> None:
+    from notifications.channels import OutgoingMessage
+    from notifications.channels.email import DjangoEmailProvider
+
+    provider = DjangoEmailProvider()
+
+    def send(n: int) -> None:
+        provider.send(
+            OutgoingMessage(notification_id=f"n-{n}", channel="email", address=f"u{n}@example.com", subject="s", body="b")
+        )
+
+    for n in range(3):
+        send(n)
+    assert len({mail.peer for mail in smtp_server.received}) == 1
+    # The server closes the idle session: the next send goes out on a fresh connection.
+    connection, reused = provider._connections.get()
+    assert reused
+    connection.connection.sock.shutdown(socket.SHUT_RDWR)
+    send(3)
+    assert len(smtp_server.received) == 4
+    assert len({mail.peer for mail in smtp_server.received}) == 2
