@@ -28,3 +28,27 @@ def insert_or_nothing(model: type[models.Model], values: dict[str, Any], *, conf
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone() is not None
+
+
+def insert_rows_or_nothing(
+    model: type[models.Model], rows: list[dict[str, Any]], *, conflict_fields: tuple[str, ...], returning: str
+) -> set[Any]:
+    """One multi-row ``INSERT ... ON CONFLICT DO NOTHING RETURNING <returning>``: the values of
+    ``returning`` of the rows that went in (a row whose key a concurrent transaction holds waits
+    for it, then is left out)."""
+    if not rows:
+        return set()
+    meta = model._meta
+    fields = {field.column: field for field in meta.concrete_fields}
+    columns = list(rows[0])
+    quote = connection.ops.quote_name
+    placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    params = [fields[column].get_db_prep_save(row[column], connection) for row in rows for column in columns]
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
+        f"VALUES {', '.join([placeholders] * len(rows))} "
+        f"ON CONFLICT ({', '.join(quote(c) for c in conflict_fields)}) DO NOTHING RETURNING {quote(returning)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}

@@ -20,6 +20,7 @@ from .accept import (
     notification_cancel,
     request_fingerprint,
 )
+from .accept_batch import BatchItem, notification_accept_batch
 from .clients import (
     RECIPIENT_FIELDS,
     api_client_create,
@@ -40,6 +41,7 @@ from .sweeper import SweepReport, notification_sweep
 __all__ = [
     "RECIPIENT_FIELDS",
     "AcceptResult",
+    "BatchItem",
     "DeliveryOutcome",
     "EventIntake",
     "NotificationRequest",
@@ -58,6 +60,7 @@ __all__ = [
     "delivery_message_send",
     "event_notification_accept",
     "notification_accept",
+    "notification_accept_batch",
     "notification_cancel",
     "notification_deliver",
     "notification_enqueue",

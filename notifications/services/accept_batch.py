@@ -1,0 +1,141 @@
+"""Accepting a batch of notifications: each item on its own terms (its own idempotency key, its
+own validation, its own answer), written together and published together."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import dramatiq
+from django.db import transaction
+from django.utils import timezone
+
+from ..broker_batch import messages_publish
+from ..conf import delivery_route, get_config
+from ..errors import IdempotencyConflict, NotificationError
+from ..models import ApiClient, IdempotencyKey, IdempotencyKeyState, Notification
+from ..sql import insert_rows_or_nothing
+from .accept import AcceptResult, NotificationRequest, _idempotency_replay, _notification_create
+from .outbox import notification_enqueued_state, notification_publish
+
+logger = logging.getLogger("notifications.services")
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    request: NotificationRequest
+    idempotency_key: str
+    fingerprint: str
+
+
+def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> list[AcceptResult | NotificationError]:
+    """Accept every item that can be accepted, exactly once per (client, key), and answer each in
+    its slot: its AcceptResult (new or replayed) or the domain error that refused it.
+
+    The live keys of the batch are read in one query; the new notifications and their keys are
+    inserted in one transaction (one multi-row INSERT each, the keys with ON CONFLICT DO NOTHING)
+    and published after it in one round trip. A key that a concurrent request took meanwhile
+    replays that request's answer; a key repeated within the batch replays the first item's."""
+    now = timezone.now()
+    results: list[AcceptResult | NotificationError | None] = [None] * len(items)
+    live = {
+        record.key: record
+        for record in IdempotencyKey.objects.filter(client=client, key__in={i.idempotency_key for i in items}, expires_at__gt=now)
+    }
+    first_of_key: dict[str, int] = {}
+    built: list[tuple[int, Notification, dict[str, Any], float]] = []
+    for index, item in enumerate(items):
+        key = item.idempotency_key
+        if key in live or key in first_of_key:
+            continue  # answered below, from the stored key or the first item with it
+        first_of_key[key] = index
+        try:
+            notification = _notification_create(client=client, request=item.request, idempotency_key=key)
+        except NotificationError as exc:
+            results[index] = exc
+            continue
+        delay = notification_enqueued_state(notification, now=notification.created_at)
+        body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
+        built.append((index, notification, body, delay))
+
+    taken = _insert(client=client, items=items, built=built, now=now)
+    for index, notification, body, _ in built:
+        if notification.id in taken:
+            results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
+    _publish([(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None])
+
+    for index, item in enumerate(items):
+        if results[index] is None:
+            results[index] = _answer_from_key(
+                client=client, item=item, first=results[first_of_key.get(item.idempotency_key, index)], now=now
+            )
+    return [result for result in results if result is not None]
+
+
+def _insert(
+    *, client: ApiClient, items: list[BatchItem], built: list[tuple[int, Notification, dict[str, Any], float]], now: Any
+) -> set[Any]:
+    """Insert the keys (ON CONFLICT DO NOTHING) and the notifications whose keys went in; returns
+    the ids of the notifications written."""
+    if not built:
+        return set()
+    expires_at = now + timedelta(seconds=get_config().idempotency_key_ttl_seconds)
+    rows = [
+        {
+            "client_id": client.pk,
+            "key": notification.idempotency_key,
+            "fingerprint": items[index].fingerprint,
+            "state": IdempotencyKeyState.COMPLETED,
+            "response_status": 202,
+            "response_body": body,
+            "created_at": now,
+            "expires_at": expires_at,
+        }
+        for index, notification, body, _ in built
+    ]
+    with transaction.atomic():
+        inserted_keys = insert_rows_or_nothing(IdempotencyKey, rows, conflict_fields=("client_id", "key"), returning="key")
+        written = [notification for _, notification, _, _ in built if notification.idempotency_key in inserted_keys]
+        Notification.objects.bulk_create(written)
+    return {notification.id for notification in written}
+
+
+def _publish(pending: list[tuple[Notification, float]]) -> None:
+    """One round trip for the messages due now; a delayed one (send_at within the broker's delay
+    window) goes on its own, as a delay is per message."""
+    due = [n for n, delay in pending if delay == 0]
+    for notification, delay in pending:
+        if delay:
+            notification_publish(notification=notification, delay_seconds=delay)
+    if not due:
+        return
+    messages: list[dramatiq.Message[Any]] = []
+    for notification in due:
+        route = delivery_route(notification.priority)
+        messages.append(
+            dramatiq.Message(
+                queue_name=route.queue_name, actor_name=route.actor_name, args=(str(notification.pk),), kwargs={}, options={}
+            )
+        )
+    try:
+        messages_publish(dramatiq.get_broker(), messages)
+    except Exception:
+        logger.warning("could not enqueue a batch of %d notifications; the sweeper will retry", len(due), exc_info=True)
+        Notification.objects.filter(pk__in=[n.pk for n in due], enqueued_at__isnull=False).update(enqueued_at=None)
+
+
+def _answer_from_key(*, client: ApiClient, item: BatchItem, first: Any, now: Any) -> AcceptResult | NotificationError:
+    """The answer of an item whose key was taken: by a stored request, or by an earlier item."""
+    try:
+        replay = _idempotency_replay(client=client, key=item.idempotency_key, fingerprint=item.fingerprint, now=now)
+    except NotificationError as exc:
+        return exc
+    if replay is not None:
+        return replay
+    if isinstance(first, NotificationError):  # the first item with this key was refused: so is this one
+        return first
+    return IdempotencyConflict(
+        "this Idempotency-Key was already used with a different request body", extra={"idempotency_key": item.idempotency_key}
+    )

@@ -1,0 +1,88 @@
+"""A batch is accepted item by item in its answers, but written and published together: one read
+of the batch's keys, one transaction with one INSERT for the keys and one for the notifications,
+one round trip to RabbitMQ for the messages."""
+
+from __future__ import annotations
+
+import dramatiq
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from notifications import services
+from notifications.conf import HIGH_QUEUE
+from notifications.errors import IdempotencyConflict, ValidationFailed
+from notifications.models import IdempotencyKey, Notification, Status
+
+from .factories import make_api_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def item(n: int, *, key: str | None = None, **fields: str) -> services.BatchItem:
+    payload = {"user_id": f"u{n}", "message": f"hello {n}", "to": f"u{n}@example.com", **fields}
+    return services.BatchItem(
+        request=services.NotificationRequest(**payload),
+        idempotency_key=key or f"batch-{n}",
+        fingerprint=services.request_fingerprint(payload),
+    )
+
+
+def ready_messages(broker: dramatiq.Broker, queue: str) -> int:
+    return int(broker.channel.queue_declare(queue=queue, passive=True).method.message_count)
+
+
+def test_a_batch_is_one_key_read_one_transaction_and_one_publish_with_an_answer_per_item(broker: dramatiq.Broker) -> None:
+    client, _ = make_api_client()
+    stored = services.notification_accept(
+        client=client, request=item(0).request, idempotency_key="batch-0", fingerprint=item(0).fingerprint
+    )
+    batch = [
+        item(1),
+        item(0),  # replays the stored request
+        item(2, to="not-an-email"),  # its own 400
+        item(3),
+        item(1),  # the same key and body again within the batch: the first item's answer
+        item(4, key="batch-3"),  # the same key as item 3 with another body: 422
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        results = services.notification_accept_batch(client=client, items=batch)
+
+    first, replay, invalid, third, repeat, conflict = results
+    assert isinstance(first, services.AcceptResult) and not first.replayed and first.body["status"] == Status.QUEUED
+    assert isinstance(replay, services.AcceptResult) and replay.replayed and replay.body == stored.body
+    assert isinstance(invalid, ValidationFailed) and invalid.extra["field"] == "to"
+    assert isinstance(third, services.AcceptResult) and not third.replayed
+    assert isinstance(repeat, services.AcceptResult) and repeat.replayed and repeat.body == first.body
+    assert isinstance(conflict, IdempotencyConflict)
+    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    # The batch's keys; the writes; then the two keys answered from the database.
+    assert statements[:5] == ["SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"], statements
+    assert statements.count("INSERT") == 2
+    assert Notification.objects.count() == 3
+    assert set(IdempotencyKey.objects.values_list("key", flat=True)) == {"batch-0", "batch-1", "batch-3"}
+    # The stored one's message plus the batch's two, the latter in one transaction.
+    assert ready_messages(broker, HIGH_QUEUE) == 3
+
+
+def test_a_batch_of_a_hundred_is_published_in_one_rabbitmq_transaction(
+    broker: dramatiq.Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = make_api_client()
+    commits: list[int] = []
+    from notifications import broker_batch
+
+    original = broker_batch._transaction_channel
+
+    def counting(rabbit):  # type: ignore[no-untyped-def]
+        channel = original(rabbit)
+        real_commit = channel.tx_commit
+        monkeypatch.setattr(channel, "tx_commit", lambda: (commits.append(1), real_commit())[1])
+        return channel
+
+    monkeypatch.setattr(broker_batch, "_transaction_channel", counting)
+    results = services.notification_accept_batch(client=client, items=[item(n) for n in range(100)])
+    assert all(isinstance(r, services.AcceptResult) and not r.replayed for r in results)
+    assert commits == [1]
+    assert ready_messages(broker, HIGH_QUEUE) == 100
+    assert Notification.objects.filter(status=Status.QUEUED, enqueued_at__isnull=False).count() == 100
