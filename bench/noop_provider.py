@@ -25,3 +25,18 @@ class NoopProvider:
     def send(self, message: OutgoingMessage) -> SendResult:
         get_redis_connection("default").rpush(sends_key(), f"{time.time():.6f}")
         return SendResult(provider_message_id=f"noop-{message.notification_id}", response_summary="noop")
+
+
+# --- Read by the bench process ---------------------------------------------------------------
+
+
+def send_times() -> list[float]:
+    return sorted(float(value) for value in get_redis_connection("default").lrange(sends_key(), 0, -1))
+
+
+def send_count() -> int:
+    return int(get_redis_connection("default").llen(sends_key()))
+
+
+def sends_clear() -> None:
+    get_redis_connection("default").delete(sends_key())

@@ -1,370 +1,154 @@
-"""Benchmarks of the delivery pipeline on the real PostgreSQL, RabbitMQ and Redis (``make bench``).
+"""Benchmarks of the platform on the real PostgreSQL, RabbitMQ and Redis (``make bench``, issue #11).
 
-(a) End-to-end deliveries per second (accept -> broker -> 2 worker processes -> no-op provider ->
-    delivered), set against a raw pika publish + consume of as many persistent messages with 2
-    consumer processes, in the same run, as a ratio.
-(b) Rate-limit accuracy: a backlog of 12x the email limit drained by 2 worker processes; the most
-    sends seen in any 1 s sliding window against the limit, and the average rate as % of it.
+Each figure comes with a baseline measured in the same run, and bench/RESULTS.md reports their
+ratio (the VM is small, shared and noisy):
 
-The bench makes a database, vhost and Redis key prefix of its own, and removes them afterwards.
-Results go to bench/RESULTS.md.
+1. accept over HTTP (gunicorn as deployed, wrk) against GET /healthz   bench/accept_http.py
+2. drain of a queued backlog (rundramatiq, no-op provider) against raw pika   bench/drain.py, raw_pika.py
+3. email drain against django-post_office through an SMTP sink         bench/post_office_drain.py
+4. end to end accept -> delivered latency at half the accept rate      bench/end_to_end.py
+5. API and admin list pages with 1M notifications, and their plans     bench/list_scale.py
+6. one process against two (gunicorn --workers, rundramatiq --processes), from 1 and 2
+7. rate-limit accuracy                                                 bench/rate_limit.py
+8. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+
+The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
+afterwards; every process it starts is stopped when its part ends, whatever happened.
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
 import datetime
-import multiprocessing
-import os
+import importlib.util
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 # Run as `python bench/run.py`: put the repo root first so `platform` is the project package.
-sys.path.insert(0, str(ROOT))
-
-RUN_ID = f"{int(time.time())}{os.getpid()}"
-DATABASE = f"notifications_bench_{RUN_ID}"
-VHOST = f"notifications-bench-{RUN_ID}"
-PREFIX = f"nt-bench-{RUN_ID}"
-BROKER_URL = f"amqp://guest:guest@127.0.0.1:5672/{VHOST}"
-RAW_QUEUE = "bench.raw"
-NOOP_PROVIDER = "bench.noop_provider.NoopProvider"
-
-BENCH_ENV = {
-    "DEBUG": "true",
-    "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
-    "BROKER_URL": BROKER_URL,
-    "REDIS_URL": "redis://127.0.0.1:6379/0",
-    "CACHE_KEY_PREFIX": PREFIX,
-    "EMAIL_PROVIDER": NOOP_PROVIDER,
-    "LOG_LEVEL": "WARNING",
-    "LOG_FORMAT": "text",
-}
-
-
-def log(text: str) -> None:
-    print(f"[bench] {text}", flush=True)
-
-
-def run(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kwargs)
-
-
-# --- Resources of this run ---------------------------------------------------------------------
-
-
-@contextmanager
-def bench_resources() -> Iterator[None]:
-    run(str(ROOT / "scripts" / "services.sh"))
-    run("psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qc", f'CREATE DATABASE "{DATABASE}"')
-    run("rabbitmqctl", "-q", "add_vhost", VHOST)
-    run("rabbitmqctl", "-q", "set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
-    try:
-        yield
-    finally:
-        subprocess.run(["rabbitmqctl", "-q", "delete_vhost", VHOST], capture_output=True)
-        keys = subprocess.run(
-            ["redis-cli", "-h", "127.0.0.1", "--scan", "--pattern", f"{PREFIX}:*"], capture_output=True, text=True
-        ).stdout.split()
-        if keys:
-            subprocess.run(["redis-cli", "-h", "127.0.0.1", "del", *keys], capture_output=True)
-        from django.db import connections
-
-        connections.close_all()
-        subprocess.run(
-            [
-                "psql",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-qc",
-                f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)',
-            ],
-            capture_output=True,
-        )
-
-
-def setup_django() -> None:
-    os.environ.update(BENCH_ENV)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "platform.settings"
-    run(sys.executable, str(ROOT / "manage.py"), "migrate", "--no-input", "-v0", cwd=ROOT, env=dict(os.environ))
-    import django
-
-    django.setup()
-
-
-class Workers:
-    """``manage.py rundramatiq`` with 2 worker processes, in its own process group."""
-
-    def __init__(self, *, rate_limits: str, processes: int = 2, threads: int = 8) -> None:
-        env = dict(os.environ, NOTIFICATIONS_RATE_LIMITS=rate_limits)
-        self.log = open(f"/tmp/bench-workers-{RUN_ID}.log", "ab")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "rundramatiq", "--processes", str(processes), "--threads", str(threads)],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self.log.close()
-
-
-def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
-
-
-# --- Helpers over the platform -----------------------------------------------------------------
-
-
-def accept_many(count: int, *, threads: int = 4, tag: str) -> None:
-    """Accept ``count`` email notifications through the real service, from a few threads."""
-    from notifications import services
-
-    client = services.api_client_get_or_create(name="bench")
-
-    def accept(index: int) -> None:
-        payload = {"user_id": f"u{index}", "message": "bench", "to": f"u{index}@example.com"}
-        services.notification_accept(
-            client=client,
-            request=services.NotificationRequest(**payload),
-            idempotency_key=f"{tag}-{index}",
-            fingerprint=services.request_fingerprint(payload),
-        )
-
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        list(pool.map(accept, range(count)))
-
-
-def delivered_count() -> int:
-    from notifications.models import Notification, Status
-
-    return Notification.objects.filter(status=Status.DELIVERED).count()
-
-
-def send_times() -> list[float]:
-    from django_redis import get_redis_connection
-
-    from bench.noop_provider import sends_key
-
-    return sorted(float(value) for value in get_redis_connection("default").lrange(sends_key(), 0, -1))
-
-
-def clear_send_times() -> None:
-    from django_redis import get_redis_connection
-
-    from bench.noop_provider import sends_key
-
-    get_redis_connection("default").delete(sends_key())
-
-
-# --- (a) throughput ------------------------------------------------------------------------------
-
-
-def _raw_consumer(url: str, count_done: Any, total: int) -> None:
-    import pika
-
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=16)
-
-    def on_message(ch: Any, method: Any, properties: Any, body: bytes) -> None:
-        ch.basic_ack(delivery_tag=method.delivery_tag)
-        with count_done.get_lock():
-            count_done.value += 1
-            finished = count_done.value >= total
-        if finished:
-            ch.stop_consuming()
-
-    channel.basic_consume(queue=RAW_QUEUE, on_message_callback=on_message)
-    while count_done.value < total:
-        connection.process_data_events(time_limit=0.2)
-    connection.close()
-
-
-def raw_pika_rate(count: int) -> float:
-    """Publish ``count`` persistent messages with publisher confirms and consume them with 2
-    processes acking each; messages per second from the first publish to the last ack."""
-    import pika
-
-    connection = pika.BlockingConnection(pika.URLParameters(BROKER_URL))
-    channel = connection.channel()
-    channel.queue_declare(queue=RAW_QUEUE, durable=True)
-    channel.confirm_delivery()
-    # Forked before any thread exists in this process, so the children start clean.
-    fork = multiprocessing.get_context("fork")
-    done = fork.Value("i", 0)
-    consumers = [fork.Process(target=_raw_consumer, args=(BROKER_URL, done, count)) for _ in range(2)]
-    for consumer in consumers:
-        consumer.start()
-    wait_for(
-        lambda: channel.queue_declare(queue=RAW_QUEUE, passive=True).method.consumer_count >= 2,
-        timeout=30,
-        what="both raw consumers to attach",
-    )
-    body = b'{"notification_id": "00000000-0000-0000-0000-000000000000"}'
-    started = time.monotonic()
-    for _ in range(count):
-        channel.basic_publish(exchange="", routing_key=RAW_QUEUE, body=body, properties=pika.BasicProperties(delivery_mode=2))
-    wait_for(lambda: done.value >= count, timeout=300, what="raw consumers")
-    elapsed = time.monotonic() - started
-    for consumer in consumers:
-        consumer.join(timeout=10)
-    channel.queue_delete(queue=RAW_QUEUE)
-    connection.close()
-    return count / elapsed
-
-
-def pipeline_rate(count: int) -> dict[str, float]:
-    """End to end: notifications accepted (16 threads) while 2 workers deliver them, from the first
-    accept to the last delivery. Then the worker side alone: the same number queued while no
-    worker runs, drained by 2 workers, from the first send to the last delivery."""
-    from notifications.models import Notification
-
-    workers = Workers(rate_limits="email=1000000/s")
-    try:
-        accept_many(1, tag="warm-up")
-        wait_for(lambda: delivered_count() >= 1, timeout=120, what="the workers to start")
-        started = time.monotonic()
-        accept_many(count, threads=16, tag="throughput")
-        accepted = time.monotonic()
-        wait_for(lambda: delivered_count() >= count + 1, timeout=600, what=f"{count} deliveries")
-        finished = time.monotonic()
-    finally:
-        workers.stop()
-    Notification.objects.all().delete()
-    accept_many(count, threads=16, tag="drain")
-    clear_send_times()
-    workers = Workers(rate_limits="email=1000000/s")
-    try:
-        wait_for(lambda: delivered_count() >= count, timeout=600, what=f"{count} deliveries from a backlog")
-        drained = time.time()
-    finally:
-        workers.stop()
-    first_send = send_times()[0]
-    return {
-        "rate": count / (finished - started),
-        "accept_rate": count / (accepted - started),
-        "drain_rate": count / (drained - first_send),
-    }
-
-
-# --- (b) rate-limit accuracy ----------------------------------------------------------------------
-
-
-def max_in_window(times: list[float], window: float = 1.0) -> int:
-    """The most timestamps in any half-open window [t, t + window), t sliding over every send."""
-    return max(bisect.bisect_left(times, start + window) - index for index, start in enumerate(times))
-
-
-def rate_limit_accuracy(limit: int, backlog: int) -> dict[str, float]:
-    from notifications.models import Notification, Status
-
-    Notification.objects.all().delete()
-    accept_many(backlog, tag="backlog")  # no workers yet: the whole backlog waits in the queue
-    clear_send_times()
-    workers = Workers(rate_limits=f"email={limit}/s")
-    try:
-        wait_for(
-            lambda: Notification.objects.filter(status=Status.DELIVERED).count() >= backlog,
-            timeout=backlog / limit * 3 + 60,
-            what=f"the backlog of {backlog}",
-        )
-    finally:
-        workers.stop()
-    times = send_times()
-    span = times[-1] - times[0]
-    return {
-        "sends": len(times),
-        "max_window": max_in_window(times),
-        "average_rate": (len(times) - 1) / span,
-        "span": span,
-    }
-
-
-# --- Report --------------------------------------------------------------------------------------
-
-
-def write_results(
-    command: str, messages: int, raw: float, pipeline: dict[str, float], limit: int, accuracy: dict[str, float]
-) -> str:
-    ratio = pipeline["rate"] / raw
-    drain_ratio = pipeline["drain_rate"] / raw
-    text = f"""# Benchmark results
-
-- Command: `{command}`
-- Date: {datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
-- Machine: {os.cpu_count()} CPUs (a shared, noisy VM: compare the ratios, not the absolute rates), PostgreSQL, RabbitMQ and Redis on localhost; 2 worker processes x 8 threads.
-
-## (a) End-to-end throughput with a no-op provider
-
-| | messages | per second |
-|---|---:|---:|
-| Raw pika: publish (persistent, confirms) + consume/ack by 2 processes | {messages} | {raw:.0f} |
-| Pipeline: accept -> RabbitMQ -> 2 workers -> no-op provider -> delivered | {messages} | {pipeline["rate"]:.0f} |
-| Workers only: a queued backlog drained by 2 workers -> no-op provider -> delivered | {messages} | {pipeline["drain_rate"]:.0f} |
-
-End to end / raw pika: **{ratio:.2f}** ({ratio * 100:.1f}%). Workers only / raw pika: **{drain_ratio:.2f}**.
-The accept side ran at {pipeline["accept_rate"]:.0f}/s from 16 threads: each accept commits twice to
-PostgreSQL (the idempotency key on its own, then the notification with its key's response) and
-publishes with a confirm; each delivery commits its claim and its outcome. The gap to raw pika is
-those commits and the per-message work of dramatiq, not the broker.
-
-## (b) Rate-limit accuracy
-
-Limit email={limit}/s; a backlog of {accuracy["sends"]:.0f} notifications ({accuracy["sends"] / limit:.0f}x the limit) queued
-before 2 worker processes start.
-
-| | value | vs limit |
-|---|---:|---:|
-| Most sends in any 1 s sliding window | {accuracy["max_window"]:.0f} | {accuracy["max_window"] / limit * 100:.0f}% (allowed: <= 110%) |
-| Average rate, first send to last | {accuracy["average_rate"]:.1f}/s | {accuracy["average_rate"] / limit * 100:.1f}% (required: >= 90%) |
-"""
-    (ROOT / "bench" / "RESULTS.md").write_text(text)
-    return text
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import machine, report  # noqa: E402
+from bench.harness import LOG_DIR, ROOT, bench_resources, log, require_tool, setup_django  # noqa: E402
+from bench.profiling import py_spy  # noqa: E402
+
+PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale")
+
+
+def options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--duration", type=float, default=20, help="Seconds of each wrk run (accept and /healthz).")
+    add("--threads", type=int, default=2, help="wrk threads.")
+    add("--connections", type=int, default=16, help="wrk connections.")
+    add("--messages", type=int, default=2000, help="Backlog of the drain comparison with raw pika.")
+    add("--emails", type=int, default=2000, help="Emails of each round of the post_office comparison.")
+    add("--rounds", type=int, default=3, help="Rounds of each sender in the post_office comparison.")
+    add("--e2e-duration", type=float, default=20, help="Seconds of the end-to-end load.")
+    add("--e2e-rate", type=float, default=None, help="Requests/s of the end-to-end load (default: half the accept rate).")
+    add("--rows", type=int, default=1_000_000, help="Notifications in the table for the list pages.")
+    add("--page-requests", type=int, default=20, help="Timed requests of each list page.")
+    add("--limit", type=int, default=50, help="Email sends per second for the rate-limit accuracy run.")
+    add("--backlog", type=int, default=600, help="Notifications queued for the rate-limit accuracy run.")
+    add("--only", default=",".join(PARTS), help=f"Comma-separated parts to run, of: {','.join(PARTS)}.")
+    add("--profile", action="store_true", help="Also profile a worker and the web process with py-spy.")
+    add("--output", type=Path, default=None, help="Where to write the results (default: bench/RESULTS.md for a full run).")
+    args = parser.parse_args()
+    unknown = set(args.only.split(",")) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; parts are {', '.join(PARTS)}")
+    return args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=2000, help="Messages for the throughput comparison.")
-    parser.add_argument("--limit", type=int, default=50, help="Email sends per second for the accuracy run.")
-    parser.add_argument("--backlog", type=int, default=600, help="Notifications queued for the accuracy run.")
-    args = parser.parse_args()
+    # A plain kill runs the finally blocks too: every process stopped, the databases and vhost dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench: terminated"))
+    args = options()
+    parts = set(args.only.split(","))
+    full = parts == set(PARTS)
+    output = args.output or (ROOT / "bench" / "RESULTS.md" if full else LOG_DIR / "RESULTS.md")
+    results = report.Results(
+        command=_command(),
+        options={name: value for name, value in vars(args).items() if name not in ("output", "profile", "only")},
+        started=datetime.datetime.now(datetime.UTC),
+        machine=machine.facts(),
+        load_before=machine.load_average(),
+    )
+    preflight(args, parts)
+    started = time.monotonic()
     with bench_resources():
         setup_django()
-        log(f"raw pika: {args.messages} persistent messages")
-        raw = raw_pika_rate(args.messages)
-        log(f"raw pika: {raw:.0f}/s; pipeline: {args.messages} notifications")
-        pipeline = pipeline_rate(args.messages)
-        log(f"pipeline: {pipeline['rate']:.0f}/s; rate limit: {args.backlog} at email={args.limit}/s")
-        accuracy = rate_limit_accuracy(args.limit, args.backlog)
-        command = " ".join(["make bench"] if len(sys.argv) == 1 else ["python bench/run.py", *sys.argv[1:]])
-        print(write_results(command, args.messages, raw, pipeline, args.limit, accuracy))
+        run_parts(args, parts, results)
+    results.seconds = time.monotonic() - started
+    results.load_after = machine.load_average()
+    text = report.render(results)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    print(text)
+    log(f"written to {output}; the processes' logs are in {LOG_DIR}")
+
+
+def preflight(args: argparse.Namespace, parts: set[str]) -> None:
+    """Fail now, with what to do, rather than after minutes of the other parts."""
+    if "e2e" in parts and "accept" not in parts and not args.e2e_rate:
+        raise SystemExit("bench: the end-to-end part runs at half the accept rate: run the accept part too, or give --e2e-rate")
+    if parts & {"accept", "e2e", "scale"} or args.profile:
+        require_tool("wrk", "run `make bench` (bench/wrk.sh installs it) or `apt-get install wrk`")
+    for module, needed in (("post_office", "email" in parts), ("aiosmtpd", "email" in parts), ("requests", "scale" in parts)):
+        if needed and importlib.util.find_spec(module) is None:
+            raise SystemExit(f"bench: the Python package {module!r} is missing; `make install` installs the dev dependencies")
+    if args.profile:
+        py_spy()
+
+
+def _command() -> str:
+    """How this run was started, as someone would type it again."""
+    given = sys.argv[1:]
+    if given in ([], ["--profile"]):
+        return "make bench" + (" PROFILE=1" if given else "")
+    return " ".join(["python bench/run.py", *given])
+
+
+def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results) -> None:
+    from bench import accept_http, drain, end_to_end, list_scale, post_office_drain, profiling, rate_limit, raw_pika
+
+    if "drain" in parts:
+        for consumers in (1, 2):
+            log(f"raw pika: {args.messages} persistent messages, {consumers} consumer process(es)")
+            results.raw_pika[consumers] = raw_pika.throughput(args.messages, consumers=consumers)
+            log(f"raw pika: {results.raw_pika[consumers]:.0f}/s")
+        for processes in (2, 1):
+            log(f"drain: {args.messages} notifications, rundramatiq --processes {processes}")
+            results.drains[processes] = drain.noop_drain(args.messages, processes=processes, tag=f"drain-p{processes}")
+            log(f"drain: {results.drains[processes].rate:.0f}/s")
+    if "rate-limit" in parts:
+        log(f"rate limit: {args.backlog} at email={args.limit}/s")
+        results.accuracy = rate_limit.rate_limit_accuracy(args.limit, args.backlog)
+    if "accept" in parts:
+        for workers in (1, 2):
+            log(f"accept over HTTP: gunicorn --workers {workers}, wrk {args.duration:g}s")
+            results.accept[workers] = accept_http.accept_http(
+                workers=workers, duration=args.duration, threads=args.threads, connections=args.connections
+            )
+            run = results.accept[workers]
+            log(f"accept {run.accept.rate:.0f}/s, healthz {run.healthz.rate:.0f}/s, ratio {run.ratio:.2f}")
+    if "email" in parts:
+        log(f"email drain: {args.emails} emails, {args.rounds} rounds each, ours and post_office")
+        results.email = post_office_drain.email_drain(args.emails, rounds=args.rounds)
+    if "e2e" in parts:
+        rate = args.e2e_rate or results.accept[1].accept.rate / 2
+        log(f"end to end: {rate:.0f} req/s for {args.e2e_duration:g}s")
+        results.end_to_end = end_to_end.end_to_end(rate=rate, seconds=args.e2e_duration)
+        log(f"end to end: p95 {results.end_to_end.delivered.p95_ms:.0f} ms")
+    if "scale" in parts:
+        results.scale = list_scale.list_scale(rows=args.rows, requests=args.page_requests)
+    if args.profile:
+        log("profiles: the web process under the accept load, then one worker during a drain")
+        results.profiles.append(
+            profiling.profile_web(duration=min(args.duration, 10), threads=args.threads, connections=args.connections)
+        )
+        results.profiles.append(profiling.profile_worker(count=args.messages))
 
 
 if __name__ == "__main__":
