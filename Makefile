@@ -47,8 +47,11 @@ lock:
 	/tmp/lock-venv/bin/pip install -q ".[dev]"
 	/tmp/lock-venv/bin/pip freeze --exclude notification-platform > requirements.lock
 
+## Benchmarks by hand (never in `make test`): bench/RESULTS.md. PROFILE=1 adds py-spy profiles;
+## BENCH_ARGS passes options (python bench/run.py --help), e.g. BENCH_ARGS="--only accept --duration 5".
 bench: install
-	$(PY) bench/run.py
+	bench/wrk.sh
+	$(PY) bench/run.py $(if $(PROFILE),--profile) $(BENCH_ARGS)
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache

@@ -1,11 +1,36 @@
-"""gunicorn's settings for the web process, read from the working directory (/app in the image)."""
+"""gunicorn's settings for the web process, read from the working directory (/app in the image);
+`manage.py runplatform` (`make run` on the real services) serves with them too, binding its
+--addrport instead."""
+
+import glob
+import os
+import tempfile
 
 bind = "0.0.0.0:8000"
-# One process with threads: /metrics then describes the whole container (several gunicorn workers
-# would each answer a scrape with their own counters). Scale with replicas.
-workers = 1
+# HTTPS behind the proxy is Django's to judge (SECURE_PROXY_SSL_HEADER, from the environment);
+# gunicorn's own forwarded_allow_ips trust stays at its default, the loopback address.
+# One worker process per core (WEB_CONCURRENCY overrides), each with threads: the accept path
+# waits on PostgreSQL most of the time, and one process never used the second core.
+workers = int(os.environ.get("WEB_CONCURRENCY") or 0) or os.cpu_count() or 1
 worker_class = "gthread"
 threads = 8
+# /metrics must describe every worker, whichever answers the scrape: prometheus_client's
+# multiprocess mode, switched on here in the master before any worker imports it. The directory
+# is emptied at start so counters begin at zero, as a restarted process's would.
+_metrics_dir = os.environ.get("WEB_METRICS_DIR") or tempfile.mkdtemp(prefix="notifications-web-metrics-")
+os.makedirs(_metrics_dir, exist_ok=True)
+for _stale in glob.glob(os.path.join(_metrics_dir, "*.db")):
+    os.remove(_stale)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+
+
+def child_exit(server: object, worker: object) -> None:
+    """A worker that exits takes its live gauges out of the totals."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+
+
 accesslog = "-"
 # JSON from the first line: the master logs before Django (and its LOGGING) is loaded.
 logconfig_dict = {

@@ -14,6 +14,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .channels.registry import CHANNEL_NAMES, CHANNELS
+from .errors import ValidationFailed
+from .locales import locale_normalize
 
 # Delivery messages go to one queue per priority, addressed to its actor by name: the actors
 # declare themselves with these names, and services enqueue by them without importing actors.
@@ -43,6 +45,8 @@ _RATE_RE = re.compile(
     r"^\s*(?P<channel>[a-z_]+)(?::(?P<account>[^\s=:,]+))?\s*=\s*(?P<count>\d+(?:\.\d+)?)\s*/\s*(?P<unit>s|m|h)\s*$"
 )
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+# DRF's throttle rate format: requests per second, minute, hour or day ("20/min", "5/s").
+_THROTTLE_RATE_RE = re.compile(r"^[1-9]\d*/(s|sec|second|m|min|minute|h|hour|d|day)$")
 
 
 # Every option's default. ``settings.NOTIFICATIONS`` holds what the environment set (None when
@@ -85,6 +89,12 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_RECONNECT_BASE_SECONDS": 5.0,
     "EVENTS_RECONNECT_CAP_SECONDS": 300.0,
     "EVENTS_DEDUP_TTL_SECONDS": 24 * 3600,
+    # The locale of the last resort when rendering a template (after the request's and the recipient's).
+    "DEFAULT_LOCALE": "en",
+    # Where recipients reach this platform: the one-click unsubscribe links (List-Unsubscribe) start with it.
+    "PUBLIC_BASE_URL": "http://127.0.0.1:8000",
+    # Failed API token authentications one client address may make before it is answered 429.
+    "API_AUTH_FAILURE_RATE": "20/min",
 }
 ENVIRONMENT_NAMES = {"RATE_LIMITS": "NOTIFICATIONS_RATE_LIMITS", "RETRY_POLICIES": "NOTIFICATIONS_RETRY_POLICIES"}
 
@@ -144,6 +154,8 @@ class NotificationsConfig:
     provider_timeout_seconds: float
     events_api_client: str
     events: EventsConfig
+    default_locale: str
+    public_base_url: str
     twilio_api_base: str
     twilio_account_sid: str
     twilio_auth_token: str = field(repr=False)
@@ -151,6 +163,7 @@ class NotificationsConfig:
     fcm_api_base: str
     fcm_project_id: str
     fcm_access_token: str = field(repr=False)
+    api_auth_failure_rate: str
 
     def retry_policy(self, channel: str) -> RetryPolicy:
         return self.retry_policies.get(channel, self.default_retry_policy)
@@ -256,6 +269,8 @@ def get_config() -> NotificationsConfig:
         provider_timeout_seconds=_at_least(raw, "PROVIDER_TIMEOUT_SECONDS", 0.1, float),
         events_api_client=str(raw["EVENTS_API_CLIENT"]),
         events=_events_config(raw),
+        default_locale=_default_locale(raw["DEFAULT_LOCALE"]),
+        public_base_url=_public_base_url(raw["PUBLIC_BASE_URL"]),
         twilio_api_base=str(raw["TWILIO_API_BASE"]).rstrip("/"),
         twilio_account_sid=str(raw["TWILIO_ACCOUNT_SID"]),
         twilio_auth_token=str(raw["TWILIO_AUTH_TOKEN"]),
@@ -263,7 +278,15 @@ def get_config() -> NotificationsConfig:
         fcm_api_base=str(raw["FCM_API_BASE"]).rstrip("/"),
         fcm_project_id=str(raw["FCM_PROJECT_ID"]),
         fcm_access_token=str(raw["FCM_ACCESS_TOKEN"]),
+        api_auth_failure_rate=_throttle_rate(raw, "API_AUTH_FAILURE_RATE"),
     )
+
+
+def _throttle_rate(raw: dict[str, Any], key: str) -> str:
+    value = str(raw[key]).replace(" ", "")
+    if not _THROTTLE_RATE_RE.match(value):
+        raise ImproperlyConfigured(f"{key}: {raw[key]!r} is not of the form N/s, N/min, N/hour or N/day, e.g. '20/min'")
+    return value
 
 
 def _events_config(raw: dict[str, Any]) -> EventsConfig:
@@ -282,6 +305,23 @@ def _events_config(raw: dict[str, Any]) -> EventsConfig:
         dedup_ttl_seconds=_at_least(raw, "EVENTS_DEDUP_TTL_SECONDS", 1, int),
     )
     return config
+
+
+def _default_locale(value: Any) -> str:
+    try:
+        return locale_normalize(str(value))
+    except ValidationFailed:
+        raise ImproperlyConfigured(f"DEFAULT_LOCALE: {value!r} is not a locale such as 'en' or 'fr-CA'") from None
+
+
+def _public_base_url(value: Any) -> str:
+    url = str(value).strip().rstrip("/")
+    if not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", url):
+        raise ImproperlyConfigured(
+            f"PUBLIC_BASE_URL: {value!r} is not an http(s) URL such as https://notify.example.com "
+            "(the start of the one-click unsubscribe links in every email)"
+        )
+    return url
 
 
 def broker_is_embedded() -> bool:

@@ -1,12 +1,21 @@
-"""JSON log lines that carry the current trace and span ids."""
+"""JSON log lines that carry the current trace and span ids, and the id of the request in hand."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from typing import Any
 
 from opentelemetry import trace
 from pythonjsonlogger.json import JsonFormatter as _BaseJsonFormatter
+
+# Set by notifications.api.middleware for the length of one request; every line logged meanwhile,
+# Django's own "Internal Server Error" included, carries it as ``request_id``.
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+
+
+def current_request_id() -> str:
+    return request_id_var.get()
 
 
 class JsonFormatter(_BaseJsonFormatter):
@@ -21,3 +30,11 @@ class JsonFormatter(_BaseJsonFormatter):
         if span_context.is_valid:
             log_record["otelTraceID"] = format(span_context.trace_id, "032x")
             log_record["otelSpanID"] = format(span_context.span_id, "016x")
+        # Django logs a request's status after the middleware returned, with the request attached.
+        request_id = (
+            getattr(record, "request_id", "")
+            or request_id_var.get()
+            or getattr(getattr(record, "request", None), "request_id", "")
+        )
+        if request_id:
+            log_record["request_id"] = request_id

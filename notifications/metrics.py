@@ -14,8 +14,19 @@ from typing import Any
 
 import dramatiq
 from django.conf import settings
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess, start_http_server, values
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+    values,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -56,6 +67,11 @@ notification_rate_limited = Counter(
     "Sends postponed because the channel's shared rate limit had no free slot (or the provider said 429).",
     ["channel"],
 )
+notifications_suppressed = Counter(
+    "notifications_suppressed",
+    "Notifications not sent because the recipient's preferences forbid them: preference, unsubscribed, default_off.",
+    ["channel", "reason"],
+)
 notifications_processed = Counter(
     "notifications_processed",
     "Events handled by the consumer: success, duplicate, failed, failed_transient.",
@@ -68,6 +84,12 @@ dead_letter_ingest_errors = Counter(
 notifications_processing_seconds = Histogram(
     "notifications_processing_seconds",
     "Time the consumer spent on one event, from delivery to ack or nack.",
+)
+notifications_degraded = Counter(
+    "notifications_degraded",
+    "Requests and sends handled without Redis: throttle and auth_throttle let the request through "
+    "uncounted, rate_limiter put the send back for later.",
+    ["component"],
 )
 
 
@@ -105,6 +127,10 @@ def record_rate_limited(*, channel: str) -> None:
     notification_rate_limited.labels(channel=channel).inc()
 
 
+def record_suppressed(*, channel: str, reason: str) -> None:
+    notifications_suppressed.labels(channel=channel, reason=reason).inc()
+
+
 def record_dead_letter_ingest_error() -> None:
     dead_letter_ingest_errors.inc()
 
@@ -113,6 +139,10 @@ def record_event_processed(*, status: str, seconds: float) -> None:
     """For the consumer: ``status`` is success, duplicate, failed or failed_transient."""
     notifications_processed.labels(status=status).inc()
     notifications_processing_seconds.observe(seconds)
+
+
+def record_degraded(*, component: str) -> None:
+    notifications_degraded.labels(component=component).inc()
 
 
 # --- Scrape-time gauges (web process) ----------------------------------------------------------
@@ -200,6 +230,20 @@ def register_scrape_time_collector(registry: CollectorRegistry = REGISTRY) -> No
         if _scrape_collector is None:
             _scrape_collector = ScrapeTimeCollector()
             registry.register(_scrape_collector)
+
+
+def web_metrics_export(request: HttpRequest) -> HttpResponse:
+    """The web tier's ``/metrics``. Under gunicorn's several worker processes (multiprocess mode,
+    see gunicorn.conf.py) it sums what every worker wrote, whichever worker answers, plus the
+    scrape-time gauges; in one process it is the process's own registry."""
+    if multiprocess_mode():
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        registry.register(ScrapeTimeCollector())
+    else:
+        register_scrape_time_collector()
+        registry = REGISTRY
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
 # --- Exporters for the worker and consumer processes -------------------------------------------

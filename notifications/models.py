@@ -1,4 +1,5 @@
-"""Data and its invariants: notifications, their tries, idempotency keys, dead letters, clients."""
+"""Data and its invariants: notifications, their tries, idempotency keys, dead letters, clients,
+and what shapes a notification before it is sent: templates, categories and recipients' consent."""
 
 from __future__ import annotations
 
@@ -63,6 +64,12 @@ class Recipient(models.Model):
     webhook_url = models.URLField(max_length=2000, blank=True, default="")
     locale = models.CharField(max_length=35, blank=True, default="")
     timezone = models.CharField(max_length=64, blank=True, default="")
+    # {"start": "22:00", "end": "08:00"} in ``timezone``; may cross midnight. Null: no quiet hours.
+    quiet_hours = models.JSONField(null=True, blank=True)
+    # {"channels": {"sms": false}, "categories": {"marketing": false, "order_updates": {"sms": false}},
+    #  "unsubscribed": [{"category": ..., "channel": ..., "at": ...}]}: what the recipient opted out
+    # of (or into), and which category+channel opt-outs came from a one-click unsubscribe.
+    preferences = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=django_timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -91,26 +98,110 @@ class Status(models.TextChoices):
     FAILED = "failed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    SUPPRESSED = "suppressed"
+
+
+class SuppressedReason(models.TextChoices):
+    """Why a notification was not sent: the recipient's preferences forbid its category or channel."""
+
+    PREFERENCE = "preference"  # an opt-out in the recipient's preferences
+    UNSUBSCRIBED = "unsubscribed"  # the recipient's one-click unsubscribe (RFC 8058)
+    DEFAULT_OFF = "default_off"  # an opt-in category the recipient never opted into
 
 
 # Every status change the platform may make, from -> allowed targets. A change is written with a
 # conditional UPDATE ... WHERE status IN (sources), so two workers can never both make it.
+# Suppressed is decided before a send: at accept, or at the claim when a preference changed since.
+# Queued -> accepted is a send held back to the end of the recipient's quiet hours (the sweeper's).
 TRANSITIONS: dict[str, frozenset[str]] = {
-    Status.ACCEPTED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED}),
-    Status.QUEUED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED}),
+    Status.ACCEPTED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED}),
+    Status.QUEUED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED, Status.ACCEPTED}),
     Status.SENDING: frozenset({Status.DELIVERED, Status.RETRYING, Status.FAILED, Status.DEAD}),
-    Status.RETRYING: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.DEAD}),
+    Status.RETRYING: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.DEAD, Status.SUPPRESSED}),
     Status.FAILED: frozenset({Status.QUEUED}),
     Status.DEAD: frozenset({Status.QUEUED}),
     Status.DELIVERED: frozenset(),
     Status.CANCELLED: frozenset(),
+    Status.SUPPRESSED: frozenset(),
 }
-FINISHED_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.DEAD, Status.CANCELLED})
+FINISHED_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.DEAD, Status.CANCELLED, Status.SUPPRESSED})
 PENDING_STATUSES = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RETRYING})
 
 
 def sources_of(target: str) -> list[str]:
     return sorted(source for source, targets in TRANSITIONS.items() if target in targets)
+
+
+# The category of a notification that names none; made by migration 0006.
+DEFAULT_CATEGORY = "transactional"
+
+
+class ClientOrPlatformKeyed(models.Model):
+    """A row by ``key`` that a client owns, or the platform's (``client`` null: made by migration or
+    in the admin) that every client may use; a client's own row shadows the platform's of its key
+    (selectors._own_then_platform). Subclasses declare ``key``."""
+
+    client = models.ForeignKey(ApiClient, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    key: Any
+    created_at = models.DateTimeField(default=django_timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "key"], condition=models.Q(client__isnull=False), name="%(class)s_unique_per_client"
+            ),
+            models.UniqueConstraint(fields=["key"], condition=models.Q(client__isnull=True), name="%(class)s_unique_platform"),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.key) if self.client_id is None else f"{self.key} ({self.client})"
+
+
+class Category(ClientOrPlatformKeyed):
+    """What a notification is about, which the recipient's preferences are about."""
+
+    key = models.SlugField(max_length=64)
+    critical = models.BooleanField(
+        default=False, help_text="Sent whatever the preferences and quiet hours say: security codes, password resets."
+    )
+    default_enabled = models.BooleanField(
+        default=True, help_text="Off: an opt-in category, sent only to recipients whose preferences allow it."
+    )
+
+    class Meta(ClientOrPlatformKeyed.Meta):
+        verbose_name_plural = "categories"
+
+
+class NotificationTemplate(ClientOrPlatformKeyed):
+    """A message by ``key``, with a variant per (channel, locale)."""
+
+    key = models.SlugField(max_length=100)
+
+    class Meta(ClientOrPlatformKeyed.Meta):
+        verbose_name = "template"
+
+
+class TemplateVariant(models.Model):
+    """One template's text for one channel in one locale, in the Django template language; checked
+    to compile before it is saved (services/templates.py)."""
+
+    template = models.ForeignKey(NotificationTemplate, on_delete=models.CASCADE, related_name="variants")
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    locale = models.CharField(max_length=35)
+    subject = models.CharField(max_length=998, blank=True, default="", help_text="Email subject, push title.")
+    body = models.TextField(help_text="Text; no autoescaping.")
+    html_body = models.TextField(blank=True, default="", help_text="Email only, optional; autoescaped.")
+
+    class Meta:
+        ordering = ["channel", "locale"]
+        verbose_name = "variant"
+        constraints = [models.UniqueConstraint(fields=["template", "channel", "locale"], name="variant_unique_channel_locale")]
+
+    def __str__(self) -> str:
+        return f"{self.channel}/{self.locale}"
 
 
 class Notification(models.Model):
@@ -138,6 +229,14 @@ class Notification(models.Model):
     created_at = models.DateTimeField(default=django_timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # Rendered at accept, so the row holds exactly what is sent (and a replay is the same).
+    html_message = models.TextField(blank=True, default="", help_text="The HTML part of an email, when its template has one.")
+    headers = models.JSONField(default=dict, blank=True, help_text="Extra email headers it is sent with (List-Unsubscribe).")
+    template_key = models.CharField(max_length=100, blank=True, default="")
+    locale = models.CharField(max_length=35, blank=True, default="", help_text="The locale of the template variant used.")
+    # Null only for notifications accepted before categories existed. No index: categories are never deleted.
+    category = models.ForeignKey(Category, null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False)
+    suppressed_reason = models.CharField(max_length=16, choices=SuppressedReason.choices, blank=True, default="")
 
     # Not columns: what claim_for_delivery's RETURNING adds for the send.
     client_name: str
@@ -191,6 +290,23 @@ class Notification(models.Model):
         return updated == 1
 
     @classmethod
+    def hold(cls, notification_id: Any, *, until: datetime) -> bool:
+        """Hold a pending notification until ``until`` (the end of its recipient's quiet hours): a
+        queued one goes back to accepted with no message out, so the sweeper enqueues it then."""
+        updated = cls.objects.filter(pk=notification_id, status__in=PENDING_STATUSES).update(
+            status=models.Case(models.When(status=Status.QUEUED, then=models.Value(Status.ACCEPTED)), default=models.F("status")),
+            next_attempt_at=until,
+            enqueued_at=None,
+            updated_at=django_timezone.now(),
+        )
+        return updated == 1
+
+    @property
+    def scheduled_for(self) -> datetime | None:
+        """When it is due to be tried next, while it is pending (a hold, a backoff, ``send_at``)."""
+        return self.next_attempt_at if self.status in PENDING_STATUSES else None
+
+    @classmethod
     def claim_for_delivery(cls, notification_id: Any, *, now: datetime) -> Notification | None:
         """Take a pending notification for one send, in one ``UPDATE ... RETURNING``: status
         ``sending``, one more attempt, ``claimed_at = now``; None when another worker won it or it
@@ -202,10 +318,14 @@ class Notification(models.Model):
         table, clients = quote(cls._meta.db_table), quote(ApiClient._meta.db_table)
         attempts = quote(DeliveryAttempt._meta.db_table)
         columns = ", ".join(f"{table}.{quote(str(field.column))}" for field in cls._meta.concrete_fields)
+        # The client's fields as subqueries, not UPDATE ... FROM: SQLite cannot return the FROM
+        # table's columns, and this runs on the embedded default too.
         sql = (
             f"UPDATE {table} SET status = %s, claimed_at = %s, updated_at = %s, attempt_count = attempt_count + 1 "
-            f"FROM {clients} WHERE {table}.id = %s AND {table}.status IN (%s, %s, %s) AND {clients}.id = {table}.client_id "
-            f"RETURNING {columns}, {clients}.name AS client_name, {clients}.webhook_secret AS client_webhook_secret, "
+            f"WHERE {table}.id = %s AND {table}.status IN (%s, %s, %s) "
+            f"RETURNING {columns}, "
+            f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
+            f"(SELECT c.webhook_secret FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secret, "
             f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempts} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
         )
         stamp = connection.ops.adapt_datetimefield_value(now)

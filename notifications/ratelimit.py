@@ -9,7 +9,9 @@ back later, which the actor does by putting its message back on the queue for th
 
 With Redis configured (django-redis), the reservation is one Lua script, atomic across hosts. On
 the embedded default there is only one process, so a lock-protected in-memory copy of the same
-algorithm does.
+algorithm does. When Redis cannot be reached nothing is reserved: every worker would otherwise
+send at the full limit on its own, so sends pause (the caller is told to come back in a few
+seconds) and resume by themselves once Redis answers (see notifications/degraded.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from django.core.cache import cache
 
 from .conf import get_config, redis_client
+from .degraded import RedisOutage
 
 # KEYS[1]: the channel's theoretical arrival time (TAT), in microseconds since the epoch.
 # ARGV[1]: emission interval (us); ARGV[2]: the longest wait a caller accepts (us).
@@ -67,6 +70,7 @@ class _LocalReserver:
 
 
 _local = _LocalReserver()
+redis_outage = RedisOutage("rate_limiter", consequence="sends are paused")
 _script_lock = threading.Lock()
 _script = None
 
@@ -86,12 +90,22 @@ def reserve_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0)
     client = redis_client()
     if client is None:
         return _local.reserve(_key(bucket), interval, max_wait)
-    global _script
-    with _script_lock:
-        if _script is None:
-            _script = client.register_script(_RESERVE_SCRIPT)
-    reserved, wait_us = _script(keys=[_key(bucket)], args=[int(interval * 1_000_000), int(max_wait * 1_000_000)], client=client)
-    return Reservation(bool(reserved), int(wait_us) / 1_000_000)
+
+    def reserve() -> Reservation:
+        global _script
+        with _script_lock:
+            if _script is None:
+                _script = client.register_script(_RESERVE_SCRIPT)
+        args = [int(interval * 1_000_000), int(max_wait * 1_000_000)]
+        reserved, wait_us = _script(keys=[_key(bucket)], args=args, client=client)
+        return Reservation(bool(reserved), int(wait_us) / 1_000_000)
+
+    def come_back_later() -> Reservation:
+        # At least a second: the message goes back through the broker, and Redis is not tried
+        # again before then anyway.
+        return Reservation(False, max(1.0, redis_outage.seconds_until_retry()))
+
+    return redis_outage.call(reserve, fallback=come_back_later)
 
 
 def wait_for_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0) -> Reservation:

@@ -7,11 +7,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from .errors import NotFound
-from .models import ApiClient, DeadLetter, Notification, Recipient, Resolution, Status
+from .models import (
+    PENDING_STATUSES,
+    ApiClient,
+    Category,
+    DeadLetter,
+    Notification,
+    NotificationTemplate,
+    Recipient,
+    Resolution,
+    Status,
+    TemplateVariant,
+)
 
 
 class NotificationFilters(TypedDict, total=False):
@@ -61,14 +72,14 @@ def system_health(*, hours: int = 24) -> SystemHealth:
 def notification_get(*, client: ApiClient, notification_id: Any) -> Notification:
     """The client's notification ``notification_id``; NotFound for another client's or a bad id."""
     try:
-        return Notification.objects.get(pk=uuid.UUID(str(notification_id)), client=client)
+        return Notification.objects.select_related("category").get(pk=uuid.UUID(str(notification_id)), client=client)
     except (Notification.DoesNotExist, ValueError):
         raise NotFound("no such notification") from None
 
 
 def notification_list(*, client: ApiClient, filters: NotificationFilters) -> QuerySet[Notification]:
     """The client's notifications narrowed by ``filters``, unordered (the caller paginates)."""
-    queryset = Notification.objects.filter(client=client)
+    queryset = Notification.objects.filter(client=client).select_related("category")
     if "status" in filters:
         queryset = queryset.filter(status=filters["status"])
     if "channel" in filters:
@@ -85,3 +96,114 @@ def notification_list(*, client: ApiClient, filters: NotificationFilters) -> Que
 def recipient_get(*, client: ApiClient, user_id: str) -> Recipient | None:
     """The client's recipient ``user_id``, or None when it has stored none."""
     return Recipient.objects.filter(client=client, user_id=user_id).first()
+
+
+# --- Templates, categories and consent ---------------------------------------------------------
+
+
+def _own_then_platform(queryset: QuerySet[Any], client: ApiClient) -> QuerySet[Any]:
+    """The client's own rows and the platform's (client null), the client's first: a client's
+    template or category shadows the platform's of the same key."""
+    return queryset.filter(Q(client=client) | Q(client__isnull=True)).order_by(F("client_id").asc(nulls_last=True))
+
+
+def category_get(*, client: ApiClient, key: str) -> Category | None:
+    """The category ``key`` as the client sees it: its own, else the platform's; None when neither."""
+    return _own_then_platform(Category.objects.filter(key=key), client).first()
+
+
+def category_keys_known(*, client: ApiClient, keys: list[str]) -> set[str]:
+    """Which of ``keys`` name a category the client may use."""
+    if not keys:
+        return set()
+    return set(Category.objects.filter(Q(client=client) | Q(client__isnull=True), key__in=keys).values_list("key", flat=True))
+
+
+def recipient_and_category(*, client: ApiClient, user_id: str, category_key: str) -> tuple[Recipient | None, Category | None]:
+    """What accepting a notification reads, in one query: the category ``category_key`` as the
+    client sees it (None: unknown) and the client's recipient ``user_id`` (None: not stored), whose
+    preferences and quiet hours apply even when the request gives the address itself. The
+    recipient's columns come as uncorrelated subqueries, each one probe of its unique index."""
+    recipient = Recipient.objects.filter(client=client, user_id=user_id)
+    columns = [field.attname for field in Recipient._meta.concrete_fields]
+    row = (
+        _own_then_platform(Category.objects.filter(key=category_key), client)
+        .annotate(**{f"recipient_{name}": Subquery(recipient.values(name)[:1]) for name in columns})
+        .first()
+    )
+    if row is None:
+        return None, None
+    values = {name: getattr(row, f"recipient_{name}") for name in columns}
+    if values["id"] is None:
+        return None, row
+    stored = Recipient(**values)
+    stored._state.adding = False
+    stored._state.db = row._state.db
+    return stored, row
+
+
+def template_get(*, client: ApiClient, key: str) -> NotificationTemplate | None:
+    """The template ``key`` as the client sees it (its own, else the platform's), variants prefetched."""
+    return _own_then_platform(NotificationTemplate.objects.filter(key=key), client).prefetch_related("variants").first()
+
+
+def template_variants_for(*, client: ApiClient, key: str, channel: str) -> list[TemplateVariant] | None:
+    """The ``channel`` variants of the template ``key`` as the client sees it, in one query; None
+    when there is no such template (its own, or the platform's when it has none of its own)."""
+    template = _own_then_platform(NotificationTemplate.objects.filter(key=key), client).values("pk")[:1]
+    variants = list(TemplateVariant.objects.filter(template_id=Subquery(template), channel=channel))
+    if variants:
+        return variants
+    return [] if template.exists() else None
+
+
+@dataclass(frozen=True)
+class PendingDelivery:
+    """A pending notification as the delivery reads it before its claim: when it is due, and what
+    its consent depends on now (its category; its recipient's preferences and quiet hours)."""
+
+    channel: str
+    next_attempt_at: datetime | None
+    category_key: str | None  # None: accepted before categories existed; not checked
+    critical: bool
+    default_enabled: bool
+    preferences: dict[str, Any]
+    quiet_hours: dict[str, str] | None
+    timezone: str
+
+
+def notification_pending_delivery(notification_id: Any) -> PendingDelivery | None:
+    """The notification ``notification_id`` if it is pending, with its consent inputs, in one query."""
+    recipient = Recipient.objects.filter(client_id=OuterRef("client_id"), user_id=OuterRef("user_id"))
+    row = (
+        Notification.objects.filter(pk=notification_id, status__in=PENDING_STATUSES)
+        .annotate(
+            recipient_preferences=Subquery(recipient.values("preferences")[:1]),
+            recipient_quiet_hours=Subquery(recipient.values("quiet_hours")[:1]),
+            recipient_timezone=Subquery(recipient.values("timezone")[:1]),
+        )
+        .values_list(
+            "channel",
+            "next_attempt_at",
+            "category__key",
+            "category__critical",
+            "category__default_enabled",
+            "recipient_preferences",
+            "recipient_quiet_hours",
+            "recipient_timezone",
+        )
+        .first()
+    )
+    if row is None:
+        return None
+    channel, next_attempt_at, category_key, critical, default_enabled, preferences, quiet_hours, zone = row
+    return PendingDelivery(
+        channel=channel,
+        next_attempt_at=next_attempt_at,
+        category_key=category_key,
+        critical=bool(critical),
+        default_enabled=bool(default_enabled) if default_enabled is not None else True,
+        preferences=preferences or {},
+        quiet_hours=quiet_hours,
+        timezone=zone or "",
+    )

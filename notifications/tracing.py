@@ -6,11 +6,12 @@ import contextlib
 import importlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
 from django.conf import settings
+from django.http import HttpRequest, HttpResponseBase
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind
@@ -77,7 +78,7 @@ def _instrument_libraries(*, client_calls: bool) -> None:
     see costs about a tenth of a delivery's CPU."""
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-    DjangoInstrumentor().instrument(excluded_urls=EXCLUDED_URLS)
+    DjangoInstrumentor().instrument(excluded_urls=EXCLUDED_URLS, middleware_position=_django_middleware_position())
     if not client_calls:
         return
     for module, name in (
@@ -91,6 +92,35 @@ def _instrument_libraries(*, client_calls: bool) -> None:
             continue
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument()
+
+
+REQUEST_TARGET_MIDDLEWARE = "notifications.tracing.RequestTargetMiddleware"
+
+
+def _django_middleware_position() -> int:
+    """Right after RequestTargetMiddleware, which must run before OpenTelemetry's middleware."""
+    middleware = list(settings.MIDDLEWARE)
+    return middleware.index(REQUEST_TARGET_MIDDLEWARE) + 1 if REQUEST_TARGET_MIDDLEWARE in middleware else 0
+
+
+class RequestTargetMiddleware:
+    """Gives OpenTelemetry's Django middleware the request target as sent, when the server did not.
+
+    Without RAW_URI (gunicorn sets it) or REQUEST_URI in the environ, OpenTelemetry rebuilds the URL
+    with ``wsgiref.util.request_uri``, which encodes PATH_INFO as Latin-1; Django has by then
+    replaced PATH_INFO with the decoded UTF-8 path, so any path with a character above U+00FF
+    (``/api/v1/notifications/%E2%9C%93`` on Django's own server, or the test client) raised
+    UnicodeEncodeError and became a 500 (open-telemetry/opentelemetry-python-contrib#3237, open
+    in 0.66b1). The percent-encoded path Django gives back is what the client sent.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        if "RAW_URI" not in request.META and "REQUEST_URI" not in request.META:
+            request.META["REQUEST_URI"] = request.get_full_path()
+        return self.get_response(request)
 
 
 def current_trace_id() -> str:

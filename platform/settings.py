@@ -8,9 +8,11 @@ Dramatiq broker whose worker runs inside the web process, and a local-memory cac
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -46,11 +48,18 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_dramatiq",
+    "csp",
+    "axes",
 ]
 
 MIDDLEWARE = [
+    # Outermost: the request id, and JSON for every /api/ answer whatever raised below.
+    "notifications.api.middleware.ApiRequestMiddleware",
+    # OpenTelemetry's middleware is inserted right after this one (notifications/tracing.py).
+    "notifications.tracing.RequestTargetMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -58,6 +67,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -90,9 +100,18 @@ if "postgresql" in DATABASES["default"]["ENGINE"]:
     # Each test run gets a database of its own (make test sets TEST_RUN_ID) so runs never meet.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}"}
 else:
-    # SQLite is only the embedded default: wait for the lock rather than fail under the
-    # in-process worker's threads.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # SQLite is only the embedded default, but it serves concurrent requests and the in-process
+    # worker's threads. WAL lets readers go on beside the one writer; IMMEDIATE takes the write
+    # lock at BEGIN, where the busy timeout makes a second writer wait its turn (a DEFERRED
+    # transaction that reads, then writes, fails at once with "database is locked" instead);
+    # synchronous=NORMAL is WAL's durable-enough setting (a power cut may lose the last commits).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        }
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (Redis through django-redis, or local memory) ---------------------------------------
@@ -164,6 +183,59 @@ STATIC_URL = "static/"
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(VAR_DIR / "static"))
 LOGIN_URL = "admin:login"
 
+# --- Security: HTTPS, cookies, Content-Security-Policy, admin login throttling -----------------
+# Off by default: the embedded default is plain HTTP on 127.0.0.1. Production turns them on
+# (deploy/production.env.example), which `manage.py check --deploy` verifies.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+# Probes and the Prometheus scrape reach the container over plain HTTP, never through the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+# Opt-in, and only behind a proxy that always sets (or strips) the header: whoever can send it
+# straight to the app could otherwise claim HTTPS.
+_PROXY_SSL_HEADER = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+if _PROXY_SSL_HEADER and (len(_PROXY_SSL_HEADER) != 2 or not _PROXY_SSL_HEADER[0].startswith("HTTP_")):
+    raise ImproperlyConfigured(
+        f"SECURE_PROXY_SSL_HEADER={','.join(_PROXY_SSL_HEADER)!r} is not understood: give the request.META name of "
+        "the header your proxy sets and its value for HTTPS, e.g. SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https"
+    )
+SECURE_PROXY_SSL_HEADER = (_PROXY_SSL_HEADER[0], _PROXY_SSL_HEADER[1]) if _PROXY_SSL_HEADER else None
+
+# django-csp 4.x (the dict format; 3.x's CSP_* settings are refused by its system check). Inline
+# <script>/<style> only with the per-response nonce (the Swagger UI page, templates/drf_spectacular/);
+# never 'unsafe-inline', so inline style attributes are not allowed either. data: images are
+# Swagger UI's icons, embedded in its CSS.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# django-axes: N failed admin logins from one username at one address lock that pair out for the
+# cool-off; a success before then resets the count. Attempts are rows in the database (visible in
+# the admin; `manage.py axes_reset` unlocks), so every web replica sees the same count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("AXES_COOLOFF_SECONDS", default=900))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+
 # --- Email (the email channel's transport) ------------------------------------------------------
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.filebased.EmailBackend")
 EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
@@ -187,6 +259,10 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["notifications.api.parsers.BoundedJSONParser"],
     "UNAUTHENTICATED_USER": None,
+    # Reverse proxies in front of the web process: the client address (failed-authentication
+    # throttling) is read that many hops back in X-Forwarded-For. 0: the connection's own peer,
+    # so a client cannot pick its address with a header of its own.
+    "NUM_PROXIES": env.int("API_NUM_PROXIES", default=0),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Notification platform API",
@@ -248,6 +324,10 @@ NOTIFICATIONS = {
     "EVENTS_RECONNECT_BASE_SECONDS": env.float("EVENTS_RECONNECT_BASE_SECONDS", default=None),
     "EVENTS_RECONNECT_CAP_SECONDS": env.float("EVENTS_RECONNECT_CAP_SECONDS", default=None),
     "EVENTS_DEDUP_TTL_SECONDS": env.int("EVENTS_DEDUP_TTL_SECONDS", default=None),
+    # Templates and consent (notifications/services/templates.py, unsubscribe.py).
+    "DEFAULT_LOCALE": env.str("DEFAULT_LOCALE", default=None),
+    "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default=None),
+    "API_AUTH_FAILURE_RATE": env.str("API_AUTH_FAILURE_RATE", default=None),
 }
 
 # --- Metrics and traces (docs/observability.md) -------------------------------------------------

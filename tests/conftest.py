@@ -3,10 +3,12 @@ scripts/test.sh points it at (a database, vhost and key prefix of this run's own
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 
 import dramatiq
 import pytest
+from django.apps import apps
 from django.conf import settings
 from django.core.cache import cache
 from rest_framework.test import APIClient
@@ -31,6 +33,29 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "the test suite needs the real services; not configured: " + ", ".join(missing) + ". Run it with `make test`."
         )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests marked `fault` break a process or service on purpose and take the longest: they run
+    # last (a stable sort keeps every other order, after any plugin's own reordering).
+    items.sort(key=lambda item: item.get_closest_marker("fault") is not None)
+
+
+SEED_MIGRATION = importlib.import_module("notifications.migrations.0006_transactional_category_order_created_template")
+
+
+@pytest.fixture(autouse=True)
+def _seed_rows(request: pytest.FixtureRequest) -> None:
+    """The rows migration 0006 makes (the default category every accept needs, the order_created
+    template), put back for each test with a database: a transactional test's flush removes them."""
+    marker = request.node.get_closest_marker("django_db")
+    names = set(request.fixturenames)
+    if marker is None and not names & {"db", "transactional_db", "live_server"}:
+        return
+    transactional = bool(names & {"transactional_db", "live_server"}) or bool(marker and marker.kwargs.get("transaction"))
+    request.getfixturevalue("transactional_db" if transactional else "db")
+    SEED_MIGRATION.seed(apps, None)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from notifications import services
-from notifications.models import ApiClient, Notification, Recipient
+from notifications.models import ApiClient, Notification, NotificationTemplate, Recipient, TemplateVariant
 
 _counter = itertools.count(1)
 
@@ -28,3 +28,18 @@ def accept_notification(client: ApiClient, *, key: str | None = None, **fields: 
         client=client, request=request, idempotency_key=key, fingerprint=services.request_fingerprint(payload)
     )
     return Notification.objects.get(pk=result.notification_id)
+
+
+def make_template(key: str = "welcome", client: ApiClient | None = None, **variant: str) -> NotificationTemplate:
+    """A template (the platform's unless ``client``) with one email variant in en, HTML included."""
+    template = NotificationTemplate.objects.create(client=client, key=key)
+    values = {
+        "channel": "email",
+        "locale": "en",
+        "subject": "Welcome, {{ name }}",
+        "body": "Hello {{ name }}",
+        "html_body": "<p>Hello <b>{{ name }}</b></p>",
+        **variant,
+    }
+    TemplateVariant.objects.create(template=template, **values)
+    return template

@@ -57,13 +57,14 @@ def platform_env(**overrides: str) -> dict[str, str]:
 
 
 class PlatformProcess:
-    """A real ``manage.py`` process (worker, sweeper, consumer) with its output kept in a file."""
+    """A real ``manage.py`` process (worker, sweeper, consumer) with its output kept in a file; with
+    ``program``, another server run the same way (a test's own redis-server or RabbitMQ node)."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, *args: str, env: dict[str, str] | None = None, program: tuple[str, ...] | None = None):
         self.args = args
         self.log = tempfile.NamedTemporaryFile(prefix="platform-proc-", suffix=".log", delete=False)  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args],
+            [*(program or (sys.executable, str(ROOT / "manage.py"))), *args],
             cwd=ROOT,
             env=env or platform_env(),
             stdout=self.log,

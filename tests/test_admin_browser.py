@@ -1,5 +1,6 @@
 """The support admin in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright):
-log in as support, open the dead letters, click Retry, see the success message and the delivery.
+log in as support, open the dead letters, click Retry, see the success message and the delivery;
+and every admin page and the Swagger UI of /api/docs/ working under the Content-Security-Policy.
 
 The browser is installed by scripts/browser.sh; if it cannot start, this test fails, never skips.
 """
@@ -13,9 +14,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Response, expect, sync_playwright
 
-from notifications.models import DeadLetterReason, Notification, Resolution, Status
+from notifications.models import ApiClient, DeadLetter, DeadLetterReason, Notification, Resolution, Status
 
 from .factories import make_api_client
 from .fakes import LocalSmtpServer, smtp_server_fixture  # noqa: F401  (fixture)
@@ -91,3 +92,98 @@ def test_support_logs_in_opens_the_dlq_clicks_retry_and_the_notification_is_deli
     expect(row).to_contain_text("Retried by sam")
     expect(row).to_contain_text("delivered")
     expect(row.locator("button.retry-button")).to_have_count(0)
+
+
+# Collected in the page itself, before any of its scripts run (an init script is not subject to the
+# page's policy), so a violation while loading is never missed.
+RECORD_CSP_VIOLATIONS = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__cspViolations.push(`${event.violatedDirective} blocked ${event.blockedURI || "inline"} at ${event.sourceFile}:${event.lineNumber}`);
+});
+"""
+
+
+@pytest.fixture
+def admin_objects() -> tuple[ApiClient, DeadLetter]:
+    """A superuser, an API client and a dead letter whose notification can still be cancelled."""
+    get_user_model().objects.create_superuser("root", password="root-pass-1")
+    api_client, _ = make_api_client("shop")
+    dead_letter = make_dead_letter(api_client, last_error="550 5.1.1 mailbox unavailable")
+    Notification.objects.filter(pk=dead_letter.notification_id).update(status=Status.ACCEPTED)
+    return api_client, dead_letter
+
+
+def test_the_admin_and_the_api_docs_work_under_the_content_security_policy(
+    admin_objects: tuple[ApiClient, DeadLetter], browser: Browser, live_server: Any
+) -> None:
+    api_client, dead_letter = admin_objects
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.add_init_script(RECORD_CSP_VIOLATIONS)
+    problems: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        # A failed load is reported by on_response with its URL; the console's copy has none.
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            problems.append(f"console error: {message.text}")
+
+    def on_response(response: Response) -> None:
+        # Chromium asks for /favicon.ico on its own; the admin has none.
+        if response.status >= 400 and not response.url.endswith("/favicon.ico"):
+            problems.append(f"HTTP {response.status}: {response.url}")
+
+    page.on("console", on_console)
+    page.on("response", on_response)
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    policies: dict[str, str] = {}
+
+    def visit(path: str) -> None:
+        response = page.goto(f"{live_server.url}{path}", wait_until="networkidle")
+        assert response is not None and response.ok, f"{path}: {response and response.status}"
+        policies[path] = response.headers.get("content-security-policy", "")
+        problems.extend(f"{path}: {violation}" for violation in page.evaluate("window.__cspViolations"))
+
+    visit("/admin/login/?next=/admin/")
+    page.fill("#id_username", "root")
+    page.fill("#id_password", "root-pass-1")
+    page.click("input[type=submit]")
+    expect(page.locator("#system-health")).to_be_visible()
+    problems.extend(f"/admin/: {violation}" for violation in page.evaluate("window.__cspViolations"))
+
+    admin_pages = [
+        "/admin/",
+        "/admin/notifications/notification/",
+        f"/admin/notifications/notification/{dead_letter.notification_id}/change/",
+        "/admin/notifications/deadletter/",
+        f"/admin/notifications/deadletter/{dead_letter.pk}/change/",
+        f"/admin/notifications/deadletter/{dead_letter.pk}/discard/",
+        "/admin/notifications/apiclient/",
+        f"/admin/notifications/apiclient/{api_client.pk}/change/",
+        "/admin/notifications/recipient/",
+        "/admin/auth/user/",
+        "/admin/auth/user/add/",
+        "/admin/axes/accessattempt/",
+    ]
+    for path in admin_pages:
+        visit(path)
+    # Our own pages' buttons are styled by admin.css, not inline styles the policy would drop.
+    visit(f"/admin/notifications/deadletter/{dead_letter.pk}/change/")
+    retry = page.locator("form.object-tool-form button.retry-button")
+    assert retry.evaluate("button => getComputedStyle(button.form).display") == "inline"
+    assert retry.evaluate("button => getComputedStyle(button).paddingLeft") == "12px"
+    # The admin's own scripts run: the changelist's select-all checkbox ticks every row (actions.js).
+    visit("/admin/notifications/deadletter/")
+    page.click("#action-toggle")
+    expect(page.locator("input.action-select").first).to_be_checked()
+
+    visit("/api/docs/")
+    # Swagger UI (inline bootstrap script, allowed by its nonce) fetched the schema and rendered it.
+    expect(page.locator(".opblock").first).to_be_visible(timeout=15_000)
+    operations = page.locator(".opblock-summary-path").all_inner_texts()
+    assert any(path.startswith("/api/v1/notifications") for path in operations), operations
+    problems.extend(f"/api/docs/ (rendered): {violation}" for violation in page.evaluate("window.__cspViolations"))
+
+    for path, policy in policies.items():
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy, f"{path}: {policy!r}"
+    assert "'nonce-" in policies["/api/docs/"]
+    assert problems == []

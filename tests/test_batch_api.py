@@ -180,6 +180,13 @@ def test_an_unexpected_error_in_one_item_is_its_own_500_slot_and_the_others_stil
                 cursor.execute("SELECT 1 / 0")  # a real database error, on the connection u3 then uses
         return accept(**kwargs)
 
+    def batch_write_fails(**kwargs: Any) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")
+
+    # The batch's one write fails as a whole, so its items are accepted one by one; one of those
+    # fails unexpectedly too.
+    monkeypatch.setattr(services, "notification_accept_batch", batch_write_fails)
     monkeypatch.setattr(services, "notification_accept", failing_for_u2)
     items = [json.dumps({**ITEM, "user_id": user_id}) for user_id in ("u1", "u2", "u3")]
     with caplog.at_level(logging.ERROR):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import socket
 import time
@@ -19,6 +20,7 @@ from notifications import services
 from notifications.channels import OutgoingMessage, SendResult
 from notifications.channels.http import retry_after_seconds
 from notifications.channels.providers import get_provider
+from notifications.channels.webhook import embedded_ipv4, webhook_target
 from notifications.errors import PermanentChannelError, TransientChannelError
 from notifications.models import ApiClient, AttemptOutcome, DeadLetter, DeadLetterReason, DeliveryAttempt, Notification, Status
 
@@ -282,6 +284,53 @@ def test_webhook_refuses_internal_addresses(host: str, provider_server: FakeProv
     with pytest.raises(PermanentChannelError) as caught:
         get_provider("webhook").send(message)
     assert caught.value.code == "forbidden_target"
+
+
+# Vetted with webhook_target alone, which resolves (literals need no DNS) but never connects: a
+# guard that let one through must not send a packet toward it.
+@pytest.mark.parametrize(
+    ("ipv6", "carried"),
+    [
+        ("2002:7f00:1::1", "127.0.0.1"),  # 6to4
+        ("2002:a00:1::1", "10.0.0.1"),
+        ("2002:a9fe:a9fe::1", "169.254.169.254"),
+        ("2002:c0a8:10a:1::1", "192.168.1.10"),
+        ("64:ff9b::7f00:1", "127.0.0.1"),  # NAT64 well-known prefix
+        ("64:ff9b::a9fe:a9fe", "169.254.169.254"),
+        ("64:ff9b::a00:1", "10.0.0.1"),
+        ("64:ff9b:1::5db8:d822", "any"),  # NAT64 local-use prefix: a local translator, refused whole
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "127.0.0.1"),  # Teredo client (obfuscated), public server
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "10.0.0.1"),
+        ("2001:0:a00:1::a247:27dd", "10.0.0.1"),  # Teredo server, public client
+        ("::ffff:10.0.0.1", "10.0.0.1"),  # IPv4-mapped
+        ("::ffff:169.254.169.254", "169.254.169.254"),
+        ("::127.0.0.1", "127.0.0.1"),  # IPv4-compatible (deprecated)
+        ("::10.0.0.1", "10.0.0.1"),
+        ("::ffff:0:a00:1", "10.0.0.1"),  # IPv4-translated (RFC 2765)
+    ],
+)
+def test_webhook_refuses_internal_ipv4_addresses_carried_in_ipv6(ipv6: str, carried: str) -> None:
+    with pytest.raises(PermanentChannelError, match="WEBHOOK_ALLOW_HOSTS") as caught:
+        webhook_target(f"http://[{ipv6}]:8080/hook", allow_hosts=())
+    assert caught.value.code == "forbidden_target"
+    assert ipaddress.ip_address(caught.value.extra["address"]) == ipaddress.ip_address(ipv6)
+    if carried != "any":
+        assert ipaddress.IPv4Address(carried) in embedded_ipv4(ipaddress.IPv6Address(ipv6))
+
+
+@pytest.mark.parametrize(
+    "ipv6",
+    [
+        "2002:5db8:d822::1",  # 6to4 of 93.184.216.34
+        "64:ff9b::5db8:d822",  # NAT64 of 93.184.216.34, as DNS64 answers in an IPv6-only cluster
+        "::ffff:93.184.216.34",
+        "2606:4700:4700::1111",
+    ],
+)
+def test_webhook_accepts_ipv6_addresses_carrying_a_public_ipv4_address(ipv6: str) -> None:
+    target = webhook_target(f"https://[{ipv6}]/hook", allow_hosts=())
+    assert ipaddress.ip_address(target.address) == ipaddress.ip_address(ipv6)
+    assert target.host_header == f"[{ipv6}]"
 
 
 def test_webhook_checks_every_address_a_name_resolves_to(

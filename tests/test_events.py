@@ -34,7 +34,7 @@ from notifications import events, services
 from notifications.conf import get_config
 from notifications.models import DeadLetter, DeadLetterReason, DeadLetterSource, Notification, ProcessedEvent, Resolution, Status
 
-from .factories import make_recipient
+from .factories import make_api_client, make_recipient
 from .helpers import PlatformProcess, platform_env, wait_until
 from .helpers import test_database_url as database_url
 
@@ -211,9 +211,14 @@ def test_a_malformed_event_is_failed_without_a_claim_or_a_notification(body: byt
     assert dead_letter.headers == {"x-note": "a\ufffdb"}
 
 
-def test_the_message_is_rendered_from_the_template() -> None:
+def test_the_message_is_rendered_from_the_platform_template_the_migration_seeded(db: None) -> None:
     event = events.decode_order_created(json.dumps(order(amount=20)).encode())
-    assert events.render_order_created(event) == "Order #42 created for project 7: 2 × blue widgets — $20.00"
+    client, _ = make_api_client()
+    rendered = services.template_preview(
+        client=client, key="order_created", channel="email", locale="", data=events.order_created_data(event)
+    )
+    assert rendered.subject == "Order #42 created"
+    assert rendered.body == "Order #42 created for project 7: 2 × blue widgets — $20.00"
 
 
 def test_reconnect_backoff_doubles_from_5s_to_a_300s_cap_with_jitter() -> None:

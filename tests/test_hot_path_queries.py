@@ -45,7 +45,8 @@ def test_one_accept_with_an_address_is_two_inserts_in_one_transaction(no_publish
     request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
     with CaptureQueriesContext(connection) as queries:
         result = services.notification_accept(client=client, request=request, idempotency_key="k1", fingerprint="f1")
-    assert statements(queries) == ["BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
+    # The one read: the category and the recipient's consent (preferences, quiet hours) together.
+    assert statements(queries) == ["SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
     assert no_publish == [result.notification_id]
     notification = Notification.objects.get(pk=result.notification_id)
     assert (notification.status, notification.enqueued_at is not None) == (Status.QUEUED, True)

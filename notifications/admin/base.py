@@ -21,7 +21,7 @@ RETRY_PERMISSION = "notifications.retry_deadletter"
 
 
 def _pre(text: str) -> str:
-    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+    return format_html('<pre class="admin-text">{}</pre>', text)
 
 
 def _pretty_json(value: Any) -> str:

@@ -52,7 +52,7 @@ class DeliveryAttemptInline(admin.TabularInline):
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = ("short_id", "status", "channel", "address", "client", "attempt_count", "created_at", "delivered_at")
-    list_filter = ("status", "channel", "client", ("created_at", admin.DateFieldListFilter))
+    list_filter = ("status", "suppressed_reason", "channel", "client", ("created_at", admin.DateFieldListFilter))
     list_select_related = ("client",)
     # Searched as exact matches on indexed columns (see get_search_results): a LIKE scan of a large
     # table is what a support search must never turn into.
@@ -63,7 +63,11 @@ class NotificationAdmin(ReadOnlyAdmin):
     actions = ("cancel_selected",)
     fieldsets = (
         (None, {"fields": ("id", "status", "channel", "address", "client", "user_id", "priority")}),
-        ("Message", {"fields": ("rendered_message", "metadata_pretty")}),
+        (
+            "Message",
+            {"fields": ("rendered_message", "html_message_pre", "metadata_pretty", "template_key", "locale", "headers_pretty")},
+        ),
+        ("Consent", {"fields": ("category", "suppressed_reason", "scheduled_for")}),
         (
             "Delivery",
             {
@@ -95,6 +99,18 @@ class NotificationAdmin(ReadOnlyAdmin):
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: Notification) -> str:
         return _pretty_json(obj.metadata)
+
+    @admin.display(description="HTML part")
+    def html_message_pre(self, obj: Notification) -> str:
+        return _pre(obj.html_message) if obj.html_message else "-"
+
+    @admin.display(description="extra headers")
+    def headers_pretty(self, obj: Notification) -> str:
+        return _pretty_json(obj.headers) if obj.headers else "-"
+
+    @admin.display(description="scheduled for")
+    def scheduled_for(self, obj: Notification) -> Any:
+        return obj.scheduled_for or "-"
 
     @admin.display(description="dead letters")
     def dead_letter_links(self, obj: Notification) -> str:

@@ -23,6 +23,8 @@ class RecipientAdmin(ReadOnlyAdmin):
         "webhook_url",
         "locale",
         "timezone",
+        "quiet_hours",
+        "preferences",
         "created_at",
         "updated_at",
     )

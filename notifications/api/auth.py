@@ -1,13 +1,16 @@
-"""Bearer-token authentication of API clients, their permission and their throttle."""
+"""Bearer-token authentication of API clients, their permission and their throttles."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 
+from ..conf import get_config
+from ..degraded import RedisOutage
 from ..models import ApiClient, hash_token
 
 
@@ -20,6 +23,21 @@ class ApiClientTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode("latin-1").split()
         if not header or header[0].lower() not in self.keywords:
             return None
+        # Taken before the token is looked at: an address past its limit learns nothing of any token.
+        failures = FailedAuthenticationThrottle()
+        if not failures.allow_request(request, None):
+            raise exceptions.Throttled(failures.wait())
+        failed = False
+        try:
+            return self._client_for(header)
+        except exceptions.AuthenticationFailed:
+            failed = True
+            raise
+        finally:
+            if not failed:  # a good token, or an error not of the client's making (the database down)
+                failures.give_back()
+
+    def _client_for(self, header: list[str]) -> tuple[ApiClient, str]:
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("the Authorization header must be 'Bearer <token>'")
         token = header[1]
@@ -46,11 +64,80 @@ class IsApiClient(permissions.BasePermission):
 
 
 class ApiClientRateThrottle(throttling.SimpleRateThrottle):
-    """Requests per API client, counted in the shared cache so every web process agrees."""
+    """Requests per API client, counted in the shared cache so every web process agrees.
+
+    Fails open: with Redis down the request goes on uncounted (and is counted as degraded), since
+    PostgreSQL, not Redis, is what accepting a notification needs.
+    """
 
     scope = "api_client"
+    outage = RedisOutage("throttle", consequence="API requests are not throttled")
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        allow = super().allow_request
+        return self.outage.call(lambda: allow(request, view), fallback=lambda: True)
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if not isinstance(request.user, ApiClient):
             return None
         return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+
+class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
+    """Failed token authentications per client address (``API_AUTH_FAILURE_RATE``), counted in the
+    shared cache so every web process agrees; past the limit the address is answered 429.
+
+    Every token authentication takes a slot of its address's window with one atomic INCR before
+    the token is looked up, and a success gives it back: what stays counted is the failures (and
+    the attempts in flight). Checking a count first and adding failures after would let a burst of
+    concurrent guesses all read "no failures yet" and all be tried. Windows are fixed (their
+    number is in the key), so the count needs no list and expires with its window.
+
+    The address is DRF's ``get_ident``: the connection's peer, or with ``NUM_PROXIES`` set the
+    entry that many hops back in X-Forwarded-For, never a header the client alone writes. Fails
+    open when Redis is down, as the API's throttle does.
+    """
+
+    scope = "failed_authentication"
+    num_requests: int  # set from the rate by SimpleRateThrottle.__init__
+    duration: int
+    outage = RedisOutage("auth_throttle", consequence="failed token authentications are not counted")
+
+    def get_rate(self) -> str:
+        return get_config().api_auth_failure_rate
+
+    def get_cache_key(self, request: Request, view: Any) -> str:
+        window = int(self.now // self.duration)
+        return self.cache_format % {"scope": self.scope, "ident": f"{self.get_ident(request)}:{window}"}
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        """Take a slot; False when the address has used up its window."""
+        self.now = self.timer()
+        self.key = self.get_cache_key(request, view)
+        self._taken = False
+
+        def take() -> bool:
+            try:
+                count = self.cache.incr(self.key)
+            except ValueError:  # the window's first attempt; add is SET NX, so one of a race wins
+                count = 1 if self.cache.add(self.key, 1, timeout=self.duration) else self.cache.incr(self.key)
+            self._taken = True
+            return int(count) <= self.num_requests
+
+        return self.outage.call(take, fallback=lambda: True)
+
+    def give_back(self) -> None:
+        """The attempt did not fail (a good token): it takes no slot."""
+        if not self._taken:
+            return
+
+        def give_back() -> None:
+            with contextlib.suppress(ValueError):  # the window is over and its count gone
+                self.cache.decr(self.key)
+
+        # Not counted as degraded again: allow_request counted this request if Redis was down.
+        self.outage.call(give_back, fallback=lambda: None, counted=False)
+
+    def wait(self) -> float:
+        """Until the current window ends."""
+        return self.duration - (self.now % self.duration)

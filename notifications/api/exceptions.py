@@ -1,13 +1,21 @@
-"""One exception handler: domain and DRF errors become one JSON error shape."""
+"""One exception handler: domain and DRF errors become one JSON error shape.
+
+An exception no one modelled is a 500 in the same shape with the request id (also logged with the
+traceback), and the database being unreachable a 503 with Retry-After; never Django's HTML page.
+"""
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from rest_framework import exceptions, status
+from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
+from rest_framework.views import exception_handler, set_rollback
 
 from ..errors import (
     IdempotencyConflict,
@@ -17,6 +25,28 @@ from ..errors import (
     NotificationError,
     ValidationFailed,
 )
+from ..logging import current_request_id
+
+logger = logging.getLogger("notifications.api")
+
+# A restart or failover usually takes seconds; a client can act on this guess.
+DATABASE_RETRY_AFTER_SECONDS = 5
+# What SQLite (the embedded default) says, as an OperationalError, when it is busy or its file is
+# unreachable. It says "no such column" with the same class, and that one is a bug.
+_SQLITE_UNAVAILABLE_WORDS = ("locked", "busy", "unable to open", "disk I/O")
+
+
+def database_unavailable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says the database cannot be reached or used just now (refused, dropped,
+    timed out, locked): an outage worth a retry, not a query that is wrong."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    if isinstance(exc.__cause__, sqlite3.Error):
+        return any(words in str(exc.__cause__) for words in _SQLITE_UNAVAILABLE_WORDS)
+    return True
+
 
 _STATUS_BY_ERROR: list[tuple[type[NotificationError], int]] = [
     (ValidationFailed, status.HTTP_400_BAD_REQUEST),
@@ -61,6 +91,16 @@ def _first_field_error(detail: Any, prefix: str = "") -> tuple[str, str]:
     return prefix, str(detail)
 
 
+def unhandled_error(exc: BaseException | None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, body and headers answering an exception nobody handled (None: unknown)."""
+    request_id = current_request_id()
+    if database_unavailable(exc):
+        body = error_body("unavailable", "the database is unavailable; try again shortly", request_id=request_id)
+        return status.HTTP_503_SERVICE_UNAVAILABLE, body, {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
+    message = "an unexpected error occurred; the request id identifies it in our logs"
+    return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body("internal_error", message, request_id=request_id), {}
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, NotificationError):
         http_status = next((code for cls, code in _STATUS_BY_ERROR if isinstance(exc, cls)), status.HTTP_400_BAD_REQUEST)
@@ -70,7 +110,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return Response(error_body("request_too_large", str(exc)), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     response = exception_handler(exc, context)
     if response is None:
-        return None
+        return _unhandled_response(exc, context.get("request"))
     if isinstance(exc, exceptions.ValidationError):
         field, message = _first_field_error(exc.detail)
         field = "" if field == "non_field_errors" else field
@@ -79,4 +119,19 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     elif isinstance(exc, exceptions.APIException):
         code = exc.get_codes() if isinstance(exc.get_codes(), str) else "error"
         response.data = error_body(str(code), str(exc.detail))
+    return response
+
+
+def _unhandled_response(exc: Exception, request: Request | None) -> Response:
+    # DRF would re-raise it for Django to answer with an HTML page (a debug page under DEBUG).
+    http_status, body, headers = unhandled_error(exc)
+    where = f"{request.method} {request.path}" if request is not None else "a request"
+    if http_status == status.HTTP_503_SERVICE_UNAVAILABLE:
+        logger.warning("database unavailable while answering %s: %s: %s", where, type(exc).__name__, exc)
+    else:
+        logger.error("unexpected error while answering %s", where, exc_info=exc)
+    set_rollback()
+    response = Response(body, status=http_status, headers=headers)
+    # Logged just now, with the traceback; Django would add a second line for the same 5xx.
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response

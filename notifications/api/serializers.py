@@ -6,19 +6,23 @@ import json
 import math
 from typing import Any
 
+from django.db import models
 from rest_framework import serializers
 
 from ..channels.addresses import MAX_PUSH_TOKEN_LENGTH
-from ..models import Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
+from ..locales import LOCALE_PATTERN, MAX_LOCALE_LENGTH
+from ..models import DEFAULT_CATEGORY, Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
 from ..services import NotificationRequest
 
 # Metadata is stored with the notification and echoed by every read; it is context, not a payload.
 MAX_METADATA_BYTES = 16 * 1024
 MAX_METADATA_DEPTH = 32  # the metadata object itself is the first level
+MAX_BATCH = 100
 
 
-def metadata_problem(metadata: dict[str, Any]) -> str | None:
-    """Why ``metadata`` cannot be accepted, or None: what jsonb refuses, or over our limits.
+def metadata_problem(metadata: dict[str, Any], name: str = "metadata") -> str | None:
+    """Why ``metadata`` (or another free JSON object, ``name`` in the message: a template's ``data``)
+    cannot be accepted, or None: what jsonb refuses, or over our limits.
 
     PostgreSQL's jsonb refuses \\u0000, a lone UTF-16 surrogate and Infinity/NaN (what a number too
     large for a float, like 1e999, parses to); each was a 500 from the INSERT. The walk is iterative
@@ -30,19 +34,19 @@ def metadata_problem(metadata: dict[str, Any]) -> str | None:
         steps += 1
         if steps > MAX_METADATA_BYTES:
             # Every key and value takes at least one byte of JSON, so the size check would fail anyway.
-            return f"metadata is over {MAX_METADATA_BYTES} bytes as JSON; the limit is {MAX_METADATA_BYTES}"
+            return f"{name} is over {MAX_METADATA_BYTES} bytes as JSON; the limit is {MAX_METADATA_BYTES}"
         value, depth = pending.pop()
         if isinstance(value, str):
             if "\x00" in value:
-                return "metadata may not contain NUL (\\u0000) characters"
+                return f"{name} may not contain NUL (\\u0000) characters"
             if not value.isascii() and not _is_utf8_encodable(value):
-                return "metadata may not contain a lone UTF-16 surrogate (\\ud800-\\udfff) in a key or value"
+                return f"{name} may not contain a lone UTF-16 surrogate (\\ud800-\\udfff) in a key or value"
         elif isinstance(value, float):
             if not math.isfinite(value):
-                return "metadata may hold only finite numbers, not NaN or Infinity (nor one too large, like 1e999)"
+                return f"{name} may hold only finite numbers, not NaN or Infinity (nor one too large, like 1e999)"
         elif isinstance(value, (dict, list)):
             if depth > MAX_METADATA_DEPTH:
-                return f"metadata may nest objects and arrays at most {MAX_METADATA_DEPTH} levels deep"
+                return f"{name} may nest objects and arrays at most {MAX_METADATA_DEPTH} levels deep"
             if isinstance(value, dict):
                 pending.extend((key, depth) for key in value)
                 pending.extend((item, depth + 1) for item in value.values())
@@ -50,8 +54,61 @@ def metadata_problem(metadata: dict[str, Any]) -> str | None:
                 pending.extend((item, depth + 1) for item in value)
     size = len(json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode())
     if size > MAX_METADATA_BYTES:
-        return f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}"
+        return f"{name} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}"
     return None
+
+
+class StrictStringMixin:
+    """JSON strings only: DRF reads 0 or 1.5 as "0" and "1.5", so a client's type bug passed unseen
+    (and the schema, which says string, was not what the API did)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("must be a string", code="invalid")
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class StrictCharField(StrictStringMixin, serializers.CharField):
+    pass
+
+
+class StrictEmailField(StrictStringMixin, serializers.EmailField):
+    pass
+
+
+class StrictURLField(StrictStringMixin, serializers.URLField):
+    pass
+
+
+class StrictRegexField(StrictStringMixin, serializers.RegexField):
+    pass
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false only: DRF reads 0, "yes" and "off" as booleans too."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("must be true or false", code="invalid")
+        return data
+
+
+# A locale as the API takes it (the schema's pattern is the server's rule, notifications/locales.py).
+def locale_field(**kwargs: Any) -> StrictRegexField:
+    return StrictRegexField(LOCALE_PATTERN, max_length=MAX_LOCALE_LENGTH, **kwargs)
+
+
+# A request object that refuses a field it does not know, with a 400 naming it: a misspelt optional
+# field (say "sned_at") would otherwise be dropped and the request done without it. The schema says
+# so too (additionalProperties: false, api/schema.py). A comment, not a docstring: drf-spectacular
+# would show a docstring as the description of every serializer that mixes this in.
+class RefusesUnknownFields:
+    def to_internal_value(self, data: Any) -> Any:
+        known = self.fields  # type: ignore[attr-defined]
+        unknown = sorted(set(data) - set(known)) if isinstance(data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: [f"unknown field; expected one of {', '.join(known)}"]})
+        return super().to_internal_value(data)  # type: ignore[misc]
 
 
 def _is_utf8_encodable(text: str) -> bool:
@@ -62,23 +119,46 @@ def _is_utf8_encodable(text: str) -> bool:
     return True
 
 
-class NotificationCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    user_id = serializers.CharField(max_length=255)
-    message = serializers.CharField(trim_whitespace=False)
+class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+    user_id = StrictCharField(max_length=255)
+    message = StrictCharField(
+        trim_whitespace=False, required=False, default="", help_text="The text to send; or give template and data instead."
+    )
     channel = serializers.ChoiceField(choices=Channel.choices, default=Channel.EMAIL)
-    subject = serializers.CharField(max_length=998, required=False, allow_blank=True, default="")
-    to = serializers.CharField(
+    subject = StrictCharField(max_length=998, required=False, allow_blank=True, default="")
+    to = StrictCharField(
         max_length=2000,
         required=False,
         allow_blank=True,
         default="",
-        help_text="Address override; otherwise the recipient's stored address is used.",
+        help_text="The address on `channel`: an email address, an E.164 phone number, a push device token or an http(s) "
+        "URL. Left out, the recipient's stored address for the channel is used (a 400 naming `to` when none is stored).",
     )
     metadata = serializers.DictField(required=False, default=dict)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.HIGH)
     send_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    idempotency_key = serializers.CharField(
+    idempotency_key = StrictCharField(
         max_length=255, required=False, allow_blank=False, help_text="Alternative to the Idempotency-Key header."
+    )
+    template = StrictCharField(
+        max_length=100,
+        required=False,
+        default="",
+        help_text="Key of a template (PUT /templates/{key}) to render the message from with data; instead of message. "
+        "subject, when given, overrides the template's.",
+    )
+    # DRF's metaclass takes declared fields off the class, so this does not hide Serializer.data.
+    data = serializers.DictField(required=False, default=dict, help_text="The template's variables.")  # type: ignore[assignment]
+    category = StrictCharField(
+        max_length=64,
+        required=False,
+        default=DEFAULT_CATEGORY,
+        help_text="What it is about, for the recipient's preferences and quiet hours (PUT /categories/{key}).",
+    )
+    locale = locale_field(
+        required=False,
+        default="",
+        help_text="The template's locale, e.g. fr-CA (then fr, then DEFAULT_LOCALE); default: the recipient's.",
     )
 
     def validate_subject(self, value: str) -> str:
@@ -92,11 +172,19 @@ class NotificationCreateSerializer(serializers.Serializer):  # type: ignore[type
             raise serializers.ValidationError(problem)
         return value
 
+    def validate_data(self, value: dict[str, Any]) -> dict[str, Any]:
+        # Rendered into text columns, where PostgreSQL refuses what jsonb refuses.
+        problem = metadata_problem(value, name="data")
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        # A misspelt optional field (say "sned_at") would otherwise be dropped and the message sent now.
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({unknown[0]: [f"unknown field; expected one of {', '.join(self.fields)}"]})
+        if bool(attrs.get("message")) == bool(attrs.get("template")):
+            field = "template" if attrs.get("message") else "message"
+            raise serializers.ValidationError({field: ["give either message, or template with data (not both)"]})
+        if "data" in self.initial_data and not attrs.get("template"):
+            raise serializers.ValidationError({"data": ["data is for a template; give template too"]})
         return attrs
 
     def to_request(self) -> NotificationRequest:
@@ -110,6 +198,10 @@ class NotificationCreateSerializer(serializers.Serializer):  # type: ignore[type
             metadata=dict(data["metadata"]),
             priority=data["priority"],
             send_at=data["send_at"],
+            template=data["template"],
+            data=dict(data["data"]),
+            category=data["category"],
+            locale=data["locale"],
         )
 
 
@@ -119,8 +211,50 @@ class AcceptedSerializer(serializers.Serializer):  # type: ignore[type-arg]
     idempotency_key = serializers.CharField()
 
 
+class BatchItemsField(serializers.ListField):  # type: ignore[type-arg]
+    """The batch's list, checked as a list of 1 to MAX_BATCH; its items come back as sent.
+
+    Each item is validated and accepted on its own, so a bad item is its own 400 slot instead of
+    failing the batch; the child serializer is here for the schema, which shows what an item is.
+    """
+
+    def run_child_validation(self, data: list[Any]) -> list[Any]:
+        return list(data)
+
+
 class BatchCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    notifications = NotificationCreateSerializer(many=True, help_text="Up to 100; each may carry its own idempotency_key.")
+    notifications = BatchItemsField(
+        child=NotificationCreateSerializer(),
+        min_length=1,
+        max_length=MAX_BATCH,
+        help_text=f"1 to {MAX_BATCH}; each may carry its own idempotency_key.",
+        error_messages={
+            key: f"a list of 1 to {MAX_BATCH} notifications" for key in ("not_a_list", "empty", "min_length", "max_length")
+        },
+    )
+
+
+class ErrorDetailSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    code = serializers.CharField(help_text="Machine-readable, e.g. invalid, not_found, throttled, unavailable.")
+    message = serializers.CharField(help_text="For people; may change between versions.")
+    field = serializers.CharField(required=False, help_text="The body field, parameter or header at fault, when one is.")
+    details = serializers.JSONField(required=False, help_text="Every field's problems, on a validation error.")
+
+
+class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Every error answer of the API has this one shape (what api/exceptions.py's error_body builds)."""
+
+    error = ErrorDetailSerializer()
+
+
+class BatchItemResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    status = serializers.IntegerField(help_text="The HTTP status this item would have had on its own.")
+    body = AcceptedSerializer(required=False, help_text="When accepted (202).")
+    error = ErrorDetailSerializer(required=False, help_text="When not accepted.")
+
+
+class BatchResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    results = BatchItemResultSerializer(many=True, help_text="One per item, in the order sent.")
 
 
 class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -131,6 +265,13 @@ class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 class NotificationSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     to = serializers.CharField(source="address")
+    category: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="key", read_only=True, allow_null=True)
+    template = serializers.CharField(source="template_key", read_only=True, help_text="The template it was rendered from.")
+    scheduled_for = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="While pending, when it is next tried: send_at, a retry, or the end of the recipient's quiet hours.",
+    )
 
     class Meta:
         model = Notification
@@ -152,6 +293,12 @@ class NotificationSerializer(serializers.ModelSerializer):  # type: ignore[type-
             "created_at",
             "updated_at",
             "delivered_at",
+            "category",
+            "template",
+            "locale",
+            "html_message",
+            "suppressed_reason",
+            "scheduled_for",
         ]
 
 
@@ -165,26 +312,68 @@ class NotificationDetailSerializer(NotificationSerializer):
 class NotificationFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
     status = serializers.ChoiceField(choices=Status.choices, required=False)
     channel = serializers.ChoiceField(choices=Channel.choices, required=False)
-    user_id = serializers.CharField(required=False)
-    created_after = serializers.DateTimeField(required=False)
-    created_before = serializers.DateTimeField(required=False)
+    # Matched exactly, like the path's user_id. Trimmed, a value of only whitespace (even "\x1e", a
+    # string the schema allows) became blank and was refused.
+    user_id = serializers.CharField(required=False, max_length=255, trim_whitespace=False)
+    created_after = serializers.DateTimeField(required=False, help_text="Inclusive.")
+    created_before = serializers.DateTimeField(required=False, help_text="Exclusive.")
+
+    def to_internal_value(self, data: Any) -> Any:
+        # DRF reads an empty query value of an optional field as "not given", so `?channel=` listed
+        # every channel: a client that meant to filter got everything, silently.
+        for name, _field in self.fields.items():
+            if name in data and data.get(name) == "":
+                raise serializers.ValidationError({name: ["may not be empty; leave the parameter out to not filter by it"]})
+        return super().to_internal_value(data)
+
+
+class QuietHoursSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    start = StrictCharField(max_length=5, help_text="HH:MM, 24-hour, e.g. 22:00")
+    end = StrictCharField(max_length=5, help_text="HH:MM, 24-hour, e.g. 08:00")
 
 
 class RecipientSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.CharField: StrictCharField,
+        models.EmailField: StrictEmailField,
+        models.URLField: StrictURLField,
+    }
     push_tokens = serializers.ListField(
-        child=serializers.CharField(max_length=MAX_PUSH_TOKEN_LENGTH), required=False, default=list, max_length=100
+        child=StrictCharField(max_length=MAX_PUSH_TOKEN_LENGTH),
+        required=False,
+        default=list,
+        max_length=100,
+        help_text=f"Up to 100 device tokens, each 1 to {MAX_PUSH_TOKEN_LENGTH} characters without spaces.",
+    )
+    quiet_hours = QuietHoursSerializer(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="When nothing non-critical is sent, in the recipient's timezone (required with it); may cross midnight.",
     )
 
     class Meta:
         model = Recipient
-        fields = ["user_id", "email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "created_at", "updated_at"]
+        fields = [
+            "user_id",
+            "email",
+            "phone",
+            "push_tokens",
+            "webhook_url",
+            "locale",
+            "timezone",
+            "quiet_hours",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["user_id", "created_at", "updated_at"]
         extra_kwargs: dict[str, Any] = {
             "email": {"required": False},
             "phone": {"required": False},
-            "webhook_url": {"required": False},
+            "webhook_url": {"required": False, "help_text": "An http(s) URL."},
             "locale": {"required": False},
-            "timezone": {"required": False},
+            "timezone": {"required": False, "help_text": "An IANA time zone name, e.g. Europe/Paris."},
         }
 
     def validate_timezone(self, value: str) -> str:
@@ -196,3 +385,19 @@ class RecipientSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
             except (zoneinfo.ZoneInfoNotFoundError, ValueError):
                 raise serializers.ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Paris)") from None
         return value
+
+
+# Plain strings, not enums: "status" is already the notification status enum's name in the schema.
+class LivenessSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    status = serializers.CharField(help_text="ok")
+
+
+class DependencyCheckSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    ok = serializers.BooleanField()
+    detail = serializers.CharField(allow_blank=True)
+
+
+class ReadinessSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    status = serializers.CharField(help_text="ok, or unavailable when a dependency is down.")
+    down = serializers.ListField(child=serializers.CharField(), help_text="The dependencies that are down, by name.")
+    checks = serializers.DictField(child=DependencyCheckSerializer(), help_text="database, broker and redis.")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, cast
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
-from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,13 +20,19 @@ from ..errors import NotificationError, ValidationFailed
 from ..health import readiness_checks
 from ..models import ApiClient
 from .exceptions import api_exception_handler, error_body
+from .pagination import NewestFirstPagination
+from .schema import api_operation
 from .serializers import (
+    MAX_BATCH,
     AcceptedSerializer,
     BatchCreateSerializer,
+    BatchResultSerializer,
+    LivenessSerializer,
     NotificationCreateSerializer,
     NotificationDetailSerializer,
     NotificationFilterSerializer,
     NotificationSerializer,
+    ReadinessSerializer,
     RecipientSerializer,
 )
 
@@ -36,18 +43,19 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     required=False,
     description="Makes the request safe to repeat: the same key and body replay the first answer.",
 )
-ERROR = OpenApiResponse(description='An error: {"error": {"code", "message", "field"?}}')
-MAX_BATCH = 100
+REPLAYED_HEADER = OpenApiParameter(
+    "Idempotent-Replayed",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    enum=["true"],
+    response=[202],
+    description="Present on a replay: the answer is the first request's, and nothing new was accepted.",
+)
 MAX_KEY_LENGTH = 255  # IdempotencyKey.key and Recipient.user_id are varchar(255)
 
 logger = logging.getLogger("notifications.api")
-
-
-class NewestFirstPagination(CursorPagination):
-    ordering = ("-created_at", "-id")
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
+NOT_FOUND = "This client has no notification with this id."
+BAD_USER_ID = "The user_id is over 255 characters or holds NUL."
 
 
 def _accept(request: Request, payload: Any, header_key: str | None) -> services.AcceptResult:
@@ -85,11 +93,20 @@ def _require_object(data: Any) -> dict[str, Any]:
 
 
 class NotificationCollectionView(APIView):
-    @extend_schema(
-        operation_id="notifications_create",
+    # Read by drf-spectacular too, so the list is documented as the page it answers.
+    pagination_class = NewestFirstPagination
+
+    @api_operation(
+        "notifications_create",
+        {
+            202: AcceptedSerializer,
+            400: "A field, or the Idempotency-Key header, is invalid; `field` names it.",
+            409: "The same Idempotency-Key is still being processed (rare: a concurrent request waits and replays); retry shortly.",
+            413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
+            422: "The same Idempotency-Key came with a different body.",
+        },
         request=NotificationCreateSerializer,
-        parameters=[IDEMPOTENCY_HEADER],
-        responses={202: AcceptedSerializer, 400: ERROR, 401: ERROR, 409: ERROR, 413: ERROR, 422: ERROR, 429: ERROR},
+        parameters=[IDEMPOTENCY_HEADER, REPLAYED_HEADER],
     )
     def post(self, request: Request) -> Response:
         payload = _require_object(request.data)
@@ -97,69 +114,109 @@ class NotificationCollectionView(APIView):
         headers = {"Idempotent-Replayed": "true"} if result.replayed else {}
         return Response(result.body, status=result.status_code, headers=headers)
 
-    @extend_schema(
-        operation_id="notifications_list",
+    @api_operation(
+        "notifications_list",
+        {
+            200: NotificationSerializer(many=True),
+            400: "A filter or page_size is invalid or empty; `field` names it.",
+            404: "The cursor names no page (cursors come only from a page's next and previous links).",
+        },
         parameters=[NotificationFilterSerializer],
-        responses={200: NotificationSerializer(many=True), 400: ERROR, 401: ERROR},
     )
     def get(self, request: Request) -> Response:
         filters = NotificationFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         queryset = selectors.notification_list(client=_client(request), filters=filters.validated_data)
-        paginator = NewestFirstPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(NotificationSerializer(page, many=True).data)
 
 
 class NotificationBatchView(APIView):
-    @extend_schema(
-        operation_id="notifications_create_batch",
-        request=BatchCreateSerializer,
-        responses={
+    @api_operation(
+        "notifications_create_batch",
+        {
             202: OpenApiResponse(
+                BatchResultSerializer,
                 description="One result per item, in order: {status, body | error}; an item that fails, even "
-                "with a 500, fails only its own slot"
+                "with a 500, fails only its own slot.",
             ),
-            400: ERROR,
+            400: f"The body is no object with a list of 1 to {MAX_BATCH} notifications.",
+            413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
         },
+        request=BatchCreateSerializer,
     )
     def post(self, request: Request) -> Response:
-        items = _require_object(request.data).get("notifications")
-        if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
-            raise serializers.ValidationError({"notifications": [f"a list of 1 to {MAX_BATCH} notifications"]})
-        return Response(
-            {"results": [self._item_result(request, index, item) for index, item in enumerate(items)]},
-            status=status.HTTP_202_ACCEPTED,
-        )
-
-    def _item_result(self, request: Request, index: int, item: Any) -> dict[str, Any]:
-        """One item's slot. Items before it are already committed, so no error of one item may
-        fail the batch: the client would send them all again."""
+        envelope = BatchCreateSerializer(data=_require_object(request.data))
+        envelope.is_valid(raise_exception=True)
+        items = envelope.validated_data["notifications"]
+        slots: list[dict[str, Any] | None] = [None] * len(items)
+        parsed: list[tuple[int, services.BatchItem]] = []
+        for index, item in enumerate(items):
+            try:
+                parsed.append((index, _batch_item(_require_object(item))))
+            except (NotificationError, APIException) as exc:
+                slots[index] = self._error_slot(request, exc)
         try:
-            result = _accept(request, _require_object(item), None)
-        except (NotificationError, APIException) as exc:
-            response = api_exception_handler(exc, {"request": request, "view": self})
-            assert response is not None
-            return {"status": response.status_code, **response.data}
+            results: list[Any] = services.notification_accept_batch(client=_client(request), items=[i for _, i in parsed])
+        except Exception:
+            # The batch's write failed as a whole: accept its items one by one, so that only a bad
+            # item fails, in its own slot. Keys already committed replay, so nothing goes twice.
+            logger.exception("a batch of %d failed as a whole; accepting its items one by one", len(parsed))
+            results = [self._accept_alone(request, index, item) for index, item in parsed]
+        for (index, _), result in zip(parsed, results, strict=True):
+            slots[index] = result if isinstance(result, dict) else self._slot(request, result)
+        return Response({"results": slots}, status=status.HTTP_202_ACCEPTED)
+
+    def _slot(self, request: Request, result: services.AcceptResult | NotificationError) -> dict[str, Any]:
+        if isinstance(result, NotificationError):
+            return self._error_slot(request, result)
+        return {"status": result.status_code, "body": result.body}
+
+    def _error_slot(self, request: Request, exc: Exception) -> dict[str, Any]:
+        response = api_exception_handler(exc, {"request": request, "view": self})
+        assert response is not None
+        return {"status": response.status_code, **response.data}
+
+    def _accept_alone(self, request: Request, index: int, item: services.BatchItem) -> dict[str, Any]:
+        try:
+            result = services.notification_accept(
+                client=_client(request), request=item.request, idempotency_key=item.idempotency_key, fingerprint=item.fingerprint
+            )
+        except NotificationError as exc:
+            return self._error_slot(request, exc)
         except Exception:
             logger.exception("batch item %d failed unexpectedly; the other items went on", index)
             return {
                 "status": status.HTTP_500_INTERNAL_SERVER_ERROR,
                 **error_body("internal_error", "an unexpected error occurred while accepting this notification"),
             }
-        return {"status": result.status_code, "body": result.body}
+        return self._slot(request, result)
+
+
+def _batch_item(payload: dict[str, Any]) -> services.BatchItem:
+    """One batch item, parsed and shape-checked as a single POST is (its own key or a new one)."""
+    serializer = NotificationCreateSerializer(data=payload)
+    serializer.is_valid(raise_exception=True)
+    fingerprint_source = {k: v for k, v in payload.items() if k != "idempotency_key"}
+    return services.BatchItem(
+        request=serializer.to_request(),
+        idempotency_key=serializer.validated_data.get("idempotency_key") or str(uuid.uuid4()),
+        fingerprint=services.request_fingerprint(fingerprint_source),
+    )
 
 
 class NotificationDetailView(APIView):
-    @extend_schema(operation_id="notifications_retrieve", responses={200: NotificationDetailSerializer, 404: ERROR})
+    @api_operation("notifications_retrieve", {200: NotificationDetailSerializer, 404: NOT_FOUND})
     def get(self, request: Request, notification_id: str) -> Response:
         notification = selectors.notification_get(client=_client(request), notification_id=notification_id)
         return Response(NotificationDetailSerializer(notification).data)
 
 
 class NotificationCancelView(APIView):
-    @extend_schema(
-        operation_id="notifications_cancel", request=None, responses={200: NotificationSerializer, 404: ERROR, 409: ERROR}
+    @api_operation(
+        "notifications_cancel",
+        {200: NotificationSerializer, 404: NOT_FOUND, 409: "It is sending or finished (delivered, failed, dead or cancelled)."},
     )
     def post(self, request: Request, notification_id: str) -> Response:
         notification = services.notification_cancel(client=_client(request), notification_id=notification_id)
@@ -167,17 +224,29 @@ class NotificationCancelView(APIView):
 
 
 class RecipientView(APIView):
-    @extend_schema(operation_id="recipients_retrieve", responses={200: RecipientSerializer, 404: ERROR})
+    @api_operation(
+        "recipients_retrieve",
+        {
+            200: RecipientSerializer,
+            400: BAD_USER_ID,
+            404: "This client has stored no recipient with this user_id.",
+        },
+    )
     def get(self, request: Request, user_id: str) -> Response:
         recipient = selectors.recipient_get(client=_client(request), user_id=_path_user_id(user_id))
         if recipient is None:
             return Response(error_body("not_found", f"no recipient {user_id!r}"), status=status.HTTP_404_NOT_FOUND)
         return Response(RecipientSerializer(recipient).data)
 
-    @extend_schema(
-        operation_id="recipients_upsert",
+    @api_operation(
+        "recipients_upsert",
+        {
+            200: OpenApiResponse(RecipientSerializer, description="Replaced."),
+            201: OpenApiResponse(RecipientSerializer, description="Created."),
+            400: "A field or the user_id is invalid; `field` names it.",
+            413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
+        },
         request=RecipientSerializer,
-        responses={200: RecipientSerializer, 201: RecipientSerializer, 400: ERROR},
     )
     def put(self, request: Request, user_id: str) -> Response:
         serializer = RecipientSerializer(data=_require_object(request.data))
@@ -187,7 +256,14 @@ class RecipientView(APIView):
         )
         return Response(RecipientSerializer(recipient).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @extend_schema(operation_id="recipients_delete", responses={204: None, 404: ERROR})
+    @api_operation(
+        "recipients_delete",
+        {
+            204: None,
+            400: BAD_USER_ID,
+            404: "This client has stored no recipient with this user_id.",
+        },
+    )
     def delete(self, request: Request, user_id: str) -> Response:
         services.recipient_delete(client=_client(request), user_id=_path_user_id(user_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -198,7 +274,9 @@ class LivenessView(APIView):
     permission_classes = [AllowAny]
     throttle_classes: list[Any] = []
 
-    @extend_schema(operation_id="healthz", responses={200: OpenApiResponse(description="The process answers.")})
+    @extend_schema(
+        operation_id="healthz", responses={200: OpenApiResponse(LivenessSerializer, description="The process answers.")}
+    )
     def get(self, request: Request) -> Response:
         return Response({"status": "ok"})
 
@@ -211,8 +289,8 @@ class ReadinessView(APIView):
     @extend_schema(
         operation_id="readyz",
         responses={
-            200: OpenApiResponse(description="All dependencies reachable."),
-            503: OpenApiResponse(description="Names what is down."),
+            200: OpenApiResponse(ReadinessSerializer, description="All dependencies reachable."),
+            503: OpenApiResponse(ReadinessSerializer, description="Names what is down."),
         },
     )
     def get(self, request: Request) -> Response:

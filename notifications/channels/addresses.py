@@ -10,7 +10,7 @@ from django.core.validators import validate_email
 
 from ..errors import ValidationFailed
 
-E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")  # ASCII digits only: \d also matches other scripts
 # A stored token becomes Notification.address (varchar 2000); FCM and APNs tokens are far shorter.
 MAX_PUSH_TOKEN_LENGTH = 2000
 

@@ -24,6 +24,10 @@ class OutgoingMessage:
     idempotency_key: str = ""
     client_name: str = ""
     webhook_secret: str = ""
+    # Email only: the HTML part (sent as multipart/alternative with ``body``) and extra headers
+    # (List-Unsubscribe); other providers ignore them.
+    html_body: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

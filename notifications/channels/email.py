@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connection
 
 from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
 
@@ -54,17 +54,20 @@ class DjangoEmailProvider:
         return str(getattr(settings, "EMAIL_HOST_USER", ""))
 
     def send(self, message: OutgoingMessage) -> SendResult:
-        email = EmailMessage(
+        email = EmailMultiAlternatives(
             subject=message.subject or "(no subject)",
             body=message.body,
             from_email=settings.DEFAULT_FROM_EMAIL,
             to=[message.address],
             headers={
+                **message.headers,
                 "X-Notification-Id": message.notification_id,
                 # Lets the receiving side (and our own SMTP logs) spot a repeat of the same send.
                 "Message-ID": f"<{message.notification_id}@{settings.DEFAULT_FROM_EMAIL.rpartition('@')[2] or 'localhost'}>",
             },
         )
+        if message.html_body:
+            email.attach_alternative(message.html_body, "text/html")  # multipart/alternative: text, then HTML
         try:
             sent = self._send_on_kept_connection(email)
         except smtplib.SMTPRecipientsRefused as exc:

@@ -48,10 +48,19 @@ class WebhookTarget:
     address: str
 
 
-def _is_internal(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+# IPv6 prefixes that only translate to an IPv4 address carried inside them: a connection to one
+# reaches that IPv4 address, so the embedded address alone decides (RFC 4291 mapped, RFC 6052 NAT64).
+_IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+# RFC 8215 local-use NAT64: where the IPv4 address sits depends on the prefix length each network
+# chose, so it cannot be decoded; it is a local translator by definition, so it is refused whole.
+_NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+# Deprecated IPv4-compatible (RFC 4291) and IPv4-translated (RFC 2765) forms.
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+
+
+def _is_internal_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return (
         ip.is_private
         or ip.is_loopback
@@ -61,6 +70,34 @@ def _is_internal(address: str) -> bool:
         or ip.is_unspecified
         or not ip.is_global
     )
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries: mapped, compatible, translated, NAT64, 6to4 and
+    Teredo (its server and its de-obfuscated client)."""
+    if ip in _IPV4_MAPPED or ip in _NAT64_WELL_KNOWN or ip in _IPV4_COMPATIBLE or ip in _IPV4_TRANSLATED:
+        return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    if ip.sixtofour is not None:
+        return [ip.sixtofour]
+    if ip.teredo is not None:
+        return list(ip.teredo)
+    return []
+
+
+def _is_internal(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv4Address):
+        return _is_internal_ip(ip)
+    if ip in _NAT64_LOCAL_USE:
+        return True
+    embedded = embedded_ipv4(ip)
+    if any(_is_internal_ip(ipv4) for ipv4 in embedded):
+        return True
+    if embedded and (ip in _IPV4_MAPPED or ip in _NAT64_WELL_KNOWN):
+        return False
+    # 6to4, Teredo and the rest are judged as IPv6 addresses too: a relay or a local tunnel may
+    # answer for them whatever they embed.
+    return _is_internal_ip(ip)
 
 
 def webhook_target(url: str, *, allow_hosts: tuple[str, ...]) -> WebhookTarget:
@@ -91,8 +128,8 @@ def webhook_target(url: str, *, allow_hosts: tuple[str, ...]) -> WebhookTarget:
             if _is_internal(address):
                 raise PermanentChannelError(
                     f"refusing to send a webhook to {hostname!r}: it resolves to {address}, a private, loopback, "
-                    "link-local, multicast or reserved address (list the host or host:port in WEBHOOK_ALLOW_HOSTS "
-                    "to allow it)",
+                    "link-local, multicast or reserved address, or an IPv6 address carrying such an IPv4 address "
+                    "(list the host or host:port in WEBHOOK_ALLOW_HOSTS to allow it)",
                     code="forbidden_target",
                     extra={"address": address},
                 )

@@ -14,7 +14,7 @@ from django.core.cache import cache
 from ..event_bus import declare_topology, event_publish
 from . import order_created, processing, transport
 from .dead_letters import dead_letter_ingest, json_safe
-from .order_created import OrderCreated, decode_order_created, render_order_created
+from .order_created import OrderCreated, decode_order_created, order_created_data
 from .processing import ProcessResult, event_process, traceparent_link
 from .redeliveries import BoundedMap, RedeliveryCounter, RejectionNotes, message_identity, rejection_notes
 from .registry import MalformedEvent, decode_event, handler_for
@@ -42,7 +42,7 @@ __all__ = [
     "processing",
     "reconnect_delays",
     "rejection_notes",
-    "render_order_created",
+    "order_created_data",
     "traceparent_link",
     "transport",
 ]

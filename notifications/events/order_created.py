@@ -1,4 +1,5 @@
-"""The ``order.created`` event: decode and validate its body, render its message."""
+"""The ``order.created`` event: decode and validate its body; its message is the platform template
+``order_created`` (seeded by migration 0006, edited in the admin), rendered at accept."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.template.loader import render_to_string
-
 from .. import services
 from ..channels import CHANNEL_NAMES, validate_address
 from ..errors import NotificationError
 from .registry import DecodedEvent, EventHandler, MalformedEvent, register
 
 ROUTING_KEY = "order.created"
+TEMPLATE_KEY = "order_created"
 
 
 @dataclass(frozen=True)
@@ -103,21 +103,19 @@ def decode_order_created(body: bytes) -> OrderCreated:
     )
 
 
-def render_order_created(event: OrderCreated) -> str:
+def order_created_data(event: OrderCreated) -> dict[str, Any]:
+    """The template's variables: the event's fields, the amount with two decimals."""
     amount = decimal.Decimal(str(event.amount)).quantize(decimal.Decimal("0.01"), rounding=decimal.ROUND_HALF_UP)
-    return render_to_string(
-        "notifications/order_created.txt",
-        {"order_id": event.order_id, "project_id": event.project_id, "description": event.description, "amount": amount},
-    ).strip()
+    return {"order_id": event.order_id, "project_id": event.project_id, "description": event.description, "amount": str(amount)}
 
 
 def order_created_decode(body: bytes, routing_key: str) -> DecodedEvent:
     event = decode_order_created(body)
     request = services.NotificationRequest(
         user_id=event.user_id,
-        message=render_order_created(event),
+        template=TEMPLATE_KEY,
+        data=order_created_data(event),
         channel=event.channel,
-        subject=f"Order #{event.order_id} created",
         to=event.email,
         metadata={"order_id": event.order_id, "project_id": event.project_id, "event": routing_key},
     )

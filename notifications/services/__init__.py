@@ -35,11 +35,24 @@ from .delivery import DeliveryOutcome, SendRateLimited, notification_deliver
 from .event_intake import EventIntake, event_notification_accept
 from .outbox import delivery_message_send, notification_enqueue
 from .outcomes import retry_delay_seconds
+from .preferences import category_upsert, recipient_preferences_replace
+from .quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check
 from .retention import PurgeReport, notification_purge
 from .sweeper import SweepReport, notification_sweep
+from .templates import (
+    VARIANT_FIELDS,
+    RenderedMessage,
+    template_preview,
+    template_replace,
+    template_send_test,
+    template_variant_preview,
+    template_variants_check,
+)
+from .unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
 
 __all__ = [
     "RECIPIENT_FIELDS",
+    "VARIANT_FIELDS",
     "AcceptResult",
     "BatchItem",
     "DeliveryOutcome",
@@ -47,12 +60,15 @@ __all__ = [
     "NotificationRequest",
     "PurgeReport",
     "RedriveResult",
+    "RenderedMessage",
     "SendRateLimited",
     "SweepReport",
+    "UnsubscribeTarget",
     "api_client_create",
     "api_client_get_or_create",
     "api_client_revoke",
     "api_client_rotate_token",
+    "category_upsert",
     "dead_letter_discard",
     "dead_letter_record_event",
     "dead_letter_redrive",
@@ -66,8 +82,20 @@ __all__ = [
     "notification_enqueue",
     "notification_purge",
     "notification_sweep",
+    "quiet_hours_check",
+    "quiet_hours_end",
     "recipient_delete",
+    "recipient_preferences_replace",
     "recipient_upsert",
     "request_fingerprint",
     "retry_delay_seconds",
+    "template_preview",
+    "template_replace",
+    "template_send_test",
+    "template_variant_preview",
+    "template_variants_check",
+    "time_zone_check",
+    "unsubscribe_one_click",
+    "unsubscribe_target",
+    "unsubscribe_url",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import tracing
+from .. import metrics, tracing
 from ..channels import recipient_address, validate_address
 from ..conf import get_config
 from ..errors import (
@@ -23,6 +23,7 @@ from ..errors import (
     ValidationFailed,
 )
 from ..models import (
+    DEFAULT_CATEGORY,
     ApiClient,
     IdempotencyKey,
     IdempotencyKeyState,
@@ -30,9 +31,12 @@ from ..models import (
     Priority,
     Status,
 )
-from ..selectors import notification_get, recipient_get
+from ..selectors import notification_get, recipient_and_category
 from ..sql import insert_or_nothing
+from .consent import consent_at_accept
+from .content import notification_content
 from .outbox import notification_enqueued_state, notification_publish
+from .preferences import category_for_client
 
 logger = logging.getLogger("notifications.services")
 
@@ -42,13 +46,17 @@ class NotificationRequest:
     """A request to notify, already shape-checked (types, required fields) by its entry point."""
 
     user_id: str
-    message: str
+    message: str = ""  # either message, or template rendered with data
     channel: str = "email"
     subject: str = ""
     to: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     priority: str = Priority.HIGH
     send_at: datetime | None = None
+    template: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    category: str = DEFAULT_CATEGORY
+    locale: str = ""  # else the recipient's, else DEFAULT_LOCALE
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,10 @@ def notification_accept(
         notification.save(force_insert=True)
         if notification.enqueued_at is not None:
             transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay_seconds))
+        elif notification.status == Status.SUPPRESSED:
+            transaction.on_commit(
+                lambda: metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
+            )
     return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
 
 
@@ -150,17 +162,14 @@ def _idempotency_replay(*, client: ApiClient, key: str, fingerprint: str, now: d
 
 
 def _notification_create(*, client: ApiClient, request: NotificationRequest, idempotency_key: str) -> Notification:
-    """The notification the request asks for, validated and addressed, not yet saved."""
-    config = get_config()
-    if len(request.message.encode()) > config.max_message_bytes:
-        raise ValidationFailed(
-            f"message is {len(request.message.encode())} bytes; the limit is {config.max_message_bytes}",
-            extra={"field": "message"},
-        )
+    """The notification the request asks for, validated, addressed, rendered and checked against
+    its recipient's consent (suppressed, or held to the end of quiet hours), not yet saved."""
+    recipient, category = recipient_and_category(client=client, user_id=request.user_id, category_key=request.category)
+    if category is None:
+        category = category_for_client(client=client, key=request.category)  # raises, naming the field
     if request.to:
         address = validate_address(request.channel, request.to, field="to")
     else:
-        recipient = recipient_get(client=client, user_id=request.user_id)
         stored = recipient_address(recipient, request.channel) if recipient else ""
         if not stored:
             raise ValidationFailed(
@@ -169,7 +178,21 @@ def _notification_create(*, client: ApiClient, request: NotificationRequest, ide
                 extra={"field": "to"},
             )
         address = validate_address(request.channel, stored, field="to")
+    content = notification_content(
+        client=client,
+        recipient=recipient,
+        category=category,
+        user_id=request.user_id,
+        channel=request.channel,
+        message=request.message,
+        subject=request.subject,
+        template=request.template,
+        data=request.data,
+        locale=request.locale,
+    )
     now = timezone.now()
+    due_at = max(request.send_at, now) if request.send_at else now
+    consent = consent_at_accept(category=category, recipient=recipient, channel=request.channel, due_at=due_at)
     # Built, not saved: notification_accept writes it in the same transaction as its key.
     return Notification(
         id=uuid.uuid4(),
@@ -177,12 +200,20 @@ def _notification_create(*, client: ApiClient, request: NotificationRequest, ide
         user_id=request.user_id,
         channel=request.channel,
         address=address,
-        subject=request.subject,
-        message=request.message,
+        subject=content.subject,
+        message=content.message,
+        html_message=content.html_message,
+        headers=content.headers,
+        template_key=content.template_key,
+        locale=content.locale,
+        category=category,
         metadata=request.metadata,
         priority=request.priority,
         send_at=request.send_at,
-        next_attempt_at=max(request.send_at, now) if request.send_at else now,
+        status=Status.SUPPRESSED if consent.suppressed_reason else Status.ACCEPTED,
+        suppressed_reason=consent.suppressed_reason,
+        # The end of the recipient's quiet hours when it falls in them; the sweeper sends it then.
+        next_attempt_at=consent.hold_until or due_at,
         idempotency_key=idempotency_key,
         trace_id=tracing.current_trace_id(),
         created_at=now,

@@ -14,10 +14,12 @@ from ..errors import (
     NotFound,
     ValidationFailed,
 )
+from ..locales import locale_normalize
 from ..models import (
     ApiClient,
     Recipient,
 )
+from .quiet_hours import quiet_hours_check, time_zone_check
 
 logger = logging.getLogger("notifications.services")
 
@@ -62,12 +64,19 @@ def api_client_revoke(*, client: ApiClient) -> None:
     client.is_active = False
 
 
-RECIPIENT_FIELDS = ("email", "phone", "push_tokens", "webhook_url", "locale", "timezone")
+RECIPIENT_FIELDS = ("email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "quiet_hours")
+_EMPTY: dict[str, Any] = {"push_tokens": [], "quiet_hours": None}
 
 
 def recipient_upsert(*, client: ApiClient, user_id: str, data: dict[str, Any]) -> tuple[Recipient, bool]:
-    """Create or replace the client's recipient ``user_id``; addresses are validated per channel."""
-    values = {name: data.get(name, [] if name == "push_tokens" else "") for name in RECIPIENT_FIELDS}
+    """Create or replace the client's recipient ``user_id``; addresses are validated per channel,
+    the locale, time zone and quiet hours as such. Preferences are kept (they have their own PUT)."""
+    values = {name: data.get(name, _EMPTY.get(name, "")) for name in RECIPIENT_FIELDS}
+    if values["locale"]:
+        values["locale"] = locale_normalize(str(values["locale"]))
+    if values["timezone"]:
+        values["timezone"] = time_zone_check(str(values["timezone"]))
+    values["quiet_hours"] = quiet_hours_check(values["quiet_hours"], timezone=values["timezone"])
     for spec in CHANNELS.values():
         field = spec.recipient_field
         if spec.many:

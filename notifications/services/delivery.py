@@ -13,12 +13,15 @@ from django.utils import timezone
 from .. import metrics, tracing
 from ..channels import OutgoingMessage, channel_spec
 from ..channels.providers import get_provider, provider_account
+from ..conf import get_config
 from ..errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ..models import PENDING_STATUSES, AttemptOutcome, DeliveryAttempt, Notification, Status
+from ..models import AttemptOutcome, DeliveryAttempt, Notification, Status
 from ..ratelimit import wait_for_send_slot
+from ..selectors import notification_pending_delivery
+from .consent import consent_before_send
 from .outcomes import DeliveryOutcome, attempt_finish, claim_finish, record_permanent_failure, record_transient_failure
 
 logger = logging.getLogger("notifications.services")
@@ -38,22 +41,30 @@ def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     Two short write transactions: the claim (one ``UPDATE ... RETURNING`` and the attempt's
     insert) and the outcome (the attempt's and the notification's updates). Raises SendRateLimited
     when the channel has no free slot; the actor then puts its message back for that long without
-    spending its retries (see actors).
+    spending its retries (see actors). A wait longer than BROKER_DELAY_MAX_SECONDS is held in the
+    row instead, for the sweeper, like any long wait.
     """
-    pending = (
-        Notification.objects.filter(pk=notification_id, status__in=PENDING_STATUSES)
-        .values_list("channel", "next_attempt_at")
-        .first()
-    )
+    # The pending check also reads what consent depends on now, in the same one query.
+    pending = notification_pending_delivery(notification_id)
     if pending is None:
         return DeliveryOutcome("skipped")
-    channel, next_attempt_at = pending
-    if next_attempt_at and next_attempt_at > timezone.now() + timedelta(seconds=1):
+    channel, next_attempt_at, now = pending.channel, pending.next_attempt_at, timezone.now()
+    if next_attempt_at and next_attempt_at > now + timedelta(seconds=1):
         # An early duplicate hint; the row's own schedule (and the sweeper) decides when.
         return DeliveryOutcome("skipped")
+    # Suppressed (a preference changed since accept) or held (quiet hours began): no slot, no claim.
+    withheld = consent_before_send(notification_id=notification_id, pending=pending, now=now)
+    if withheld is not None:
+        return withheld
     reservation = wait_for_send_slot(channel_spec(channel).rate_limit_bucket, account=provider_account(channel))
     if not reservation.reserved:
         metrics.record_rate_limited(channel=channel)
+        if reservation.wait_seconds > get_config().broker_delay_max_seconds:
+            # As a delayed message it would sit unacked in the worker that long, past RabbitMQ's
+            # consumer timeout for a slow limit (10/m in tests/test_faults.py, 1/h in production):
+            # the channel is closed and every unacked message on it comes back.
+            Notification.hold(notification_id, until=now + timedelta(seconds=reservation.wait_seconds))
+            return DeliveryOutcome("held")
         raise SendRateLimited(reservation.wait_seconds)
     claimed = _notification_claim(notification_id)
     if claimed is None:
@@ -85,6 +96,8 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         idempotency_key=str(notification.pk),
         client_name=notification.client_name,
         webhook_secret=notification.client_webhook_secret,
+        html_body=notification.html_message,
+        headers=notification.headers,
     )
     started = time.monotonic()
     with tracing.provider_span(notification, attempt.number) as span:

@@ -65,7 +65,9 @@ def notification_enqueued_state(notification: Notification, *, now: datetime) ->
     """Give an unsaved notification the state it is written in, so the publish after its commit
     needs no further write: ``queued`` and enqueued when due now, enqueued but still ``accepted``
     when due within BROKER_DELAY_MAX_SECONDS (a delayed message), left for the sweeper beyond.
-    Returns the publish delay in seconds."""
+    Returns the publish delay in seconds. A notification suppressed at accept is never enqueued."""
+    if notification.status != Status.ACCEPTED:
+        return 0.0
     due_at = notification.next_attempt_at or now
     delay = max(0.0, (due_at - now).total_seconds())
     if delay > get_config().broker_delay_max_seconds:

@@ -33,7 +33,7 @@ logger = logging.getLogger("notifications.services")
 
 @dataclass(frozen=True)
 class DeliveryOutcome:
-    outcome: str  # delivered | retrying | failed | dead | skipped
+    outcome: str  # delivered | retrying | failed | dead | skipped | suppressed | held
     attempt_number: int = 0
 
 

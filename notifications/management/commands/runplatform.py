@@ -1,9 +1,12 @@
 """Bring the whole platform up in one command: web (API + admin), workers, sweeper, consumer.
 
 On the embedded default (BROKER_URL unset) everything runs in this one process: Django's server,
-a Dramatiq worker on the in-process broker, and the sweeper thread. With BROKER_URL naming
-RabbitMQ the worker, sweeper and event consumer run as child processes beside the web server and
-are stopped with it.
+a Dramatiq worker on the in-process broker, and the sweeper thread. It has to be one process: the
+in-process broker's queue lives in the memory of the process that accepts the notification, and
+gunicorn would serve from a forked worker of its own. With BROKER_URL naming RabbitMQ the web is
+gunicorn configured by gunicorn.conf.py, as deployed (only the bind address differs), and it, the
+worker, the sweeper and the event consumer run as child processes; when one of them exits, or
+this command is stopped, the others are stopped too.
 """
 
 from __future__ import annotations
@@ -12,16 +15,27 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 import dramatiq
 from django.conf import settings
-from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management import call_command, get_commands, load_command_class
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.commands.runserver import Command as RunserverCommand
+from django.core.servers.basehttp import WSGIServer
 
 from notifications.conf import get_config
 
 from .run_sweeper import sweep_forever
+
+# Past gunicorn's graceful timeout (30 s) and a worker's in-flight send.
+CHILD_STOP_SECONDS = 35
+
+
+class EmbeddedWSGIServer(WSGIServer):
+    # Django's development server queues 10 connections: a burst of a few hundred clients got
+    # connection resets instead of waiting for a thread (the kernel caps it at somaxconn).
+    request_queue_size = 1024
 
 
 class Command(BaseCommand):
@@ -49,29 +63,50 @@ class Command(BaseCommand):
             f"embedded platform: in-process broker with {worker_threads} worker threads, sweeper, web on http://{addrport}/"
         )
         try:
-            call_command("runserver", addrport, use_reloader=False)
+            # runserver as the installed apps define it (staticfiles' serves the admin's assets).
+            runserver = cast(RunserverCommand, load_command_class(get_commands()["runserver"], "runserver"))
+            runserver.server_cls = EmbeddedWSGIServer
+            call_command(runserver, addrport, use_reloader=False)
         finally:
             stop.set()
             worker.stop()
 
     def _run_with_services(self, addrport: str) -> None:
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        children = {
-            "worker": subprocess.Popen([*manage, "rundramatiq", "--processes", "2", "--threads", "8"]),
-            "sweeper": subprocess.Popen([*manage, "run_sweeper"]),
-            "consumer": subprocess.Popen([*manage, "consume_events"]),
+        base_dir = settings.BASE_DIR
+        manage = [sys.executable, str(base_dir / "manage.py")]
+        # `python -m gunicorn` from the repo root, so `platform` is the project package (README).
+        gunicorn = [sys.executable, "-m", "gunicorn", "--config", str(base_dir / "gunicorn.conf.py"), "--bind", addrport]
+        commands = {
+            "web": [*gunicorn, "platform.wsgi:application"],
+            "worker": [*manage, "rundramatiq", "--processes", "2", "--threads", "8"],
+            "sweeper": [*manage, "run_sweeper"],
+            "consumer": [*manage, "consume_events"],
         }
-        self.stdout.write(
-            f"platform on services: web on http://{addrport}/, " + ", ".join(f"{n} pid {p.pid}" for n, p in children.items())
-        )
+        exited = threading.Event()
+        children: dict[str, subprocess.Popen[bytes]] = {}
+
+        def watch(process: subprocess.Popen[bytes]) -> None:
+            process.wait()
+            exited.set()
+
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
-            call_command("runserver", addrport, use_reloader=False)
+            for name, command in commands.items():
+                children[name] = subprocess.Popen(command, cwd=base_dir)
+                threading.Thread(target=watch, args=(children[name],), name=f"watch-{name}", daemon=True).start()
+            self.stdout.write(
+                f"platform on services: web (gunicorn) on http://{addrport}/, "
+                + ", ".join(f"{name} pid {process.pid}" for name, process in children.items())
+            )
+            exited.wait()
+            gone = ", ".join(f"{name} (exit {p.returncode})" for name, p in children.items() if p.returncode is not None)
+            raise CommandError(f"stopping the platform: {gone} exited")
         finally:
             for process in children.values():
-                process.terminate()
+                if process.poll() is None:
+                    process.terminate()
             for process in children.values():
                 try:
-                    process.wait(timeout=35)
+                    process.wait(timeout=CHILD_STOP_SECONDS)
                 except subprocess.TimeoutExpired:
                     process.kill()

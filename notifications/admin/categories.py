@@ -1,0 +1,27 @@
+"""Admin for categories: the platform's (shared by every client) and each client's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from ..models import Category
+
+
+@admin.register(Category)
+class CategoryAdmin(admin.ModelAdmin):
+    list_display = ("key", "owner", "critical", "default_enabled", "updated_at")
+    list_filter = ("critical", "default_enabled", "client")
+    list_select_related = ("client",)
+    search_fields = ("key",)
+    fields = ("key", "client", "critical", "default_enabled")
+
+    @admin.display(description="owner", ordering="client__name")
+    def owner(self, obj: Category) -> str:
+        return str(obj.client) if obj.client_id else "platform"
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Notifications keep their category (PROTECT); a category is retired by making it opt-in.
+        return False
