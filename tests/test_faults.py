@@ -16,13 +16,19 @@ last (tests/conftest.py).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import timedelta
 
+import dramatiq
 import pytest
+import requests
 from django.conf import settings
+from django.db import connections
 from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -45,6 +51,7 @@ from .faults import (
     wait_until_final,
     worker_metric,
 )
+from .helpers import wait_until
 from .live_servers import free_port
 from .test_degraded import RedisServer, cache_at, most_in_any_second
 from .test_delivery_pipeline import vhost
@@ -438,3 +445,142 @@ def test_a_rate_limit_wait_longer_than_the_consumer_timeout_waits_in_postgresql_
     assert all(outcomes(pk) == [AttemptOutcome.DELIVERED] for pk in ids)  # a wait is not an attempt
     assert timeout_node.output().count(TIMED_OUT) == timed_out_before, timeout_node.output()[-3000:]
     assert "PRECONDITION_FAILED" not in worker.output() and "acknowledgement" not in worker.output()
+
+
+# --- Shared services stopped: RabbitMQ's stop_app, PostgreSQL itself -----------------------------
+# These stop the machine's own RabbitMQ and PostgreSQL (every vhost and database on them), so they
+# run last with the other fault tests, and each restores its service in a `finally`.
+
+
+def run_quietly(*command: str, timeout: float = 120) -> None:
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def rabbitmq_stopped_for_a_while() -> Iterator[Callable[[], AbstractContextManager[None]]]:
+    """``with outage():`` stops the app of the machine's RabbitMQ node (the Erlang VM stays up, as
+    in an operator's restart of the app) and starts it again on leaving, whatever happened."""
+
+    @contextlib.contextmanager
+    def outage() -> Iterator[None]:
+        run_quietly("rabbitmqctl", "-q", "stop_app")
+        try:
+            yield
+        finally:
+            run_quietly("rabbitmqctl", "-q", "start_app")
+            run_quietly("rabbitmqctl", "-q", "await_startup", "--timeout", "60")
+
+    try:
+        yield outage
+    finally:
+        # This process's own broker connection died with the node; the next use opens a new one.
+        with contextlib.suppress(Exception):
+            del dramatiq.get_broker().connection
+
+
+def test_rabbitmq_stopped_mid_backlog_with_accepts_during_the_outage_loses_nothing(
+    platform: FaultPlatform,
+    receiver: WebhookReceiver,
+    rabbitmq_stopped_for_a_while: Callable[[], AbstractContextManager[None]],
+) -> None:
+    client, token = make_api_client("acme")
+    receiver.latency = 0.05  # a backlog that takes a few seconds, so the outage comes in its middle
+    platform.worker()
+    platform.sweeper()
+    web = platform.web()
+    url = receiver.url("/hooks/orders")
+    ids = accept_webhooks(client, [url] * 200)
+    platform.wait(lambda: len(receiver.receipts()) >= 40, timeout=60, message="the backlog is being sent")
+
+    with rabbitmq_stopped_for_a_while():
+        in_flight = ids_in(ids, Status.SENDING)
+        during = [post_webhook(web, token, url, 1000 + n) for n in range(10)]
+    up_at = time.monotonic()
+    # The database is the outbox: the API accepts with the broker away; the sweeper publishes later.
+    assert [r.status_code for r in during] == [202] * 10, [r.content[:300] for r in during]
+    ids += [r.json()["id"] for r in during]
+
+    settled_at = wait_until_final(ids, timeout=120, platform=platform)
+    figures = check_nothing_lost(
+        "RabbitMQ stop_app/start_app mid-backlog",
+        ids=ids,
+        receiver=receiver,
+        in_flight=in_flight,
+        recovery_seconds=settled_at - up_at,
+        note="10 accepted during the outage",
+    )
+    assert figures.delivered == 210
+
+
+@pytest.fixture
+def postgresql_stopped_for_a_while() -> Iterator[Callable[[], AbstractContextManager[None]]]:
+    """``with outage():`` stops the machine's PostgreSQL cluster (fast shutdown: every session is
+    ended) and starts it again on leaving, whatever happened."""
+    version = sorted(os.listdir("/etc/postgresql"))[0]
+
+    def ready() -> bool:
+        return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"], check=False).returncode == 0
+
+    @contextlib.contextmanager
+    def outage() -> Iterator[None]:
+        run_quietly("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "stop", "-m", "fast")
+        try:
+            yield
+        finally:
+            if not ready():
+                run_quietly("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start")
+            wait_until(ready, timeout=60, message="PostgreSQL is back")
+            # This process's connection died with the server; the next query opens a new one.
+            connections.close_all()
+
+    yield outage
+
+
+def test_postgresql_stopped_during_accepts_answers_503_and_everything_accepted_is_delivered_once_it_is_back(
+    platform: FaultPlatform,
+    receiver: WebhookReceiver,
+    postgresql_stopped_for_a_while: Callable[[], AbstractContextManager[None]],
+) -> None:
+    client, token = make_api_client("acme")
+    receiver.latency = 0.1
+    platform.worker()
+    platform.sweeper()
+    web = platform.web()
+    url = receiver.url("/hooks/orders")
+    ids = accept_webhooks(client, [url] * 60)
+    platform.wait(lambda: len(receiver.receipts()) >= 10, timeout=60, message="the backlog is being sent")
+
+    in_flight = ids_in(ids, Status.SENDING)  # read before the stop: nothing can be read during it
+    with postgresql_stopped_for_a_while():
+        refused = [post_webhook(web, token, url, 100 + n) for n in range(5)]
+    up_at = time.monotonic()
+    for response in refused:
+        assert response.status_code == 503, response.content[:500]
+        assert response.headers["Content-Type"] == "application/json"
+        assert response.json()["error"]["code"] == "unavailable"
+        assert int(response.headers["Retry-After"]) > 0
+
+    after: list[requests.Response] = []
+
+    def accepted_again() -> bool:
+        response = post_webhook(web, token, url, 200 + len(after))
+        if response.status_code == 202:
+            after.append(response)
+        return response.status_code == 202
+
+    platform.wait(accepted_again, timeout=60, message="the API accepts again")
+    ids += [r.json()["id"] for r in after]
+    # Sends that were claimed when the server stopped may have been in flight too.
+    in_flight |= ids_in(ids, Status.SENDING)
+
+    settled_at = wait_until_final(ids, timeout=120, platform=platform)
+    figures = check_nothing_lost(
+        "PostgreSQL stopped during accepts",
+        ids=ids,
+        receiver=receiver,
+        in_flight=in_flight,
+        recovery_seconds=settled_at - up_at,
+        note=f"{len(refused)} requests answered 503 during the outage",
+    )
+    assert figures.delivered == 61
+    assert not Notification.objects.filter(user_id__in=[f"u{100 + n}" for n in range(5)]).exists()
