@@ -1,87 +1,17 @@
-"""Data and its invariants: notifications, their tries, idempotency keys, dead letters, clients,
-and what shapes a notification before it is sent: templates, categories and recipients' consent."""
+"""Notifications, their statuses and the transitions between them, and their delivery attempts."""
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 import uuid
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
-from django.conf import settings
 from django.db import connection, models
 from django.utils import timezone as django_timezone
 
-from .channels.registry import CHANNEL_NAMES
-from .errors import InvalidTransition
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-class ApiClient(models.Model):
-    """A system allowed to call the API; its bearer token is stored only as a SHA-256 hash."""
-
-    name = models.CharField(max_length=100, unique=True)
-    token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    token_prefix = models.CharField(
-        max_length=12, editable=False, help_text="First characters of the token, to tell tokens apart."
-    )
-    is_active = models.BooleanField(default=True)
-    webhook_secret = models.CharField(max_length=64, default="", blank=True, help_text="Signs webhook deliveries (HMAC-SHA256).")
-    created_at = models.DateTimeField(default=django_timezone.now, editable=False)
-    token_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
-
-    # DRF treats the authenticated principal as request.user.
-    is_authenticated = True
-    is_anonymous = False
-
-    class Meta:
-        ordering = ["name"]
-        verbose_name = "API client"
-
-    def __str__(self) -> str:
-        return self.name
-
-    def set_new_token(self) -> str:
-        """Give the client a fresh token; returns it in clear, the only time it is ever seen."""
-        token = f"ntf_{secrets.token_urlsafe(32)}"
-        self.token_hash = hash_token(token)
-        self.token_prefix = token[:12]
-        return token
-
-
-class Recipient(models.Model):
-    """Someone a client sends to, by the client's own ``user_id``, with an address per channel."""
-
-    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="recipients")
-    user_id = models.CharField(max_length=255)
-    email = models.EmailField(blank=True, default="")
-    phone = models.CharField(max_length=16, blank=True, default="", help_text="E.164, e.g. +14155550123")
-    push_tokens = models.JSONField(default=list, blank=True)
-    webhook_url = models.URLField(max_length=2000, blank=True, default="")
-    locale = models.CharField(max_length=35, blank=True, default="")
-    timezone = models.CharField(max_length=64, blank=True, default="")
-    # {"start": "22:00", "end": "08:00"} in ``timezone``; may cross midnight. Null: no quiet hours.
-    quiet_hours = models.JSONField(null=True, blank=True)
-    # {"channels": {"sms": false}, "categories": {"marketing": false, "order_updates": {"sms": false}},
-    #  "unsubscribed": [{"category": ..., "channel": ..., "at": ...}]}: what the recipient opted out
-    # of (or into), and which category+channel opt-outs came from a one-click unsubscribe.
-    preferences = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=django_timezone.now, editable=False)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["client", "user_id"], name="recipient_unique_per_client")]
-
-    def __str__(self) -> str:
-        return f"{self.client}:{self.user_id}"
-
-
-# The registry declares the channels; the model's choices follow it.
-Channel = models.TextChoices("Channel", [(name.upper(), name) for name in CHANNEL_NAMES])  # type: ignore[call-overload,misc]
+from ..errors import InvalidTransition
+from .clients import ApiClient
+from .content import Category, Channel
 
 
 class Priority(models.TextChoices):
@@ -130,78 +60,6 @@ PENDING_STATUSES = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RETRYING})
 
 def sources_of(target: str) -> list[str]:
     return sorted(source for source, targets in TRANSITIONS.items() if target in targets)
-
-
-# The category of a notification that names none; made by migration 0006.
-DEFAULT_CATEGORY = "transactional"
-
-
-class ClientOrPlatformKeyed(models.Model):
-    """A row by ``key`` that a client owns, or the platform's (``client`` null: made by migration or
-    in the admin) that every client may use; a client's own row shadows the platform's of its key
-    (selectors._own_then_platform). Subclasses declare ``key``."""
-
-    client = models.ForeignKey(ApiClient, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    key: Any
-    created_at = models.DateTimeField(default=django_timezone.now, editable=False)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        abstract = True
-        ordering = ["key"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["client", "key"], condition=models.Q(client__isnull=False), name="%(class)s_unique_per_client"
-            ),
-            models.UniqueConstraint(fields=["key"], condition=models.Q(client__isnull=True), name="%(class)s_unique_platform"),
-        ]
-
-    def __str__(self) -> str:
-        return str(self.key) if self.client_id is None else f"{self.key} ({self.client})"
-
-
-class Category(ClientOrPlatformKeyed):
-    """What a notification is about, which the recipient's preferences are about."""
-
-    key = models.SlugField(max_length=64)
-    critical = models.BooleanField(
-        default=False, help_text="Sent whatever the preferences and quiet hours say: security codes, password resets."
-    )
-    default_enabled = models.BooleanField(
-        default=True, help_text="Off: an opt-in category, sent only to recipients whose preferences allow it."
-    )
-
-    class Meta(ClientOrPlatformKeyed.Meta):
-        verbose_name_plural = "categories"
-
-
-class NotificationTemplate(ClientOrPlatformKeyed):
-    """A message by ``key``, with a variant per (channel, locale)."""
-
-    key = models.SlugField(max_length=100)
-
-    class Meta(ClientOrPlatformKeyed.Meta):
-        verbose_name = "template"
-
-
-class TemplateVariant(models.Model):
-    """One template's text for one channel in one locale, in the Django template language; checked
-    to compile before it is saved (services/templates.py)."""
-
-    template = models.ForeignKey(NotificationTemplate, on_delete=models.CASCADE, related_name="variants")
-    channel = models.CharField(max_length=16, choices=Channel.choices)
-    locale = models.CharField(max_length=35)
-    subject = models.CharField(max_length=998, blank=True, default="", help_text="Email subject, push title.")
-    body = models.TextField(help_text="Text; no autoescaping.")
-    html_body = models.TextField(blank=True, default="", help_text="Email only, optional; autoescaped.")
-
-    class Meta:
-        ordering = ["channel", "locale"]
-        verbose_name = "variant"
-        constraints = [models.UniqueConstraint(fields=["template", "channel", "locale"], name="variant_unique_channel_locale")]
-
-    def __str__(self) -> str:
-        return f"{self.channel}/{self.locale}"
 
 
 class Notification(models.Model):
@@ -361,97 +219,3 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.notification_id}: {self.outcome}"
-
-
-class IdempotencyKeyState(models.TextChoices):
-    PROCESSING = "processing"
-    COMPLETED = "completed"
-
-
-class IdempotencyKey(models.Model):
-    """A client's idempotency key, claimed by a unique insert before the request does anything."""
-
-    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="idempotency_keys")
-    key = models.CharField(max_length=255)
-    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the canonical request body.")
-    state = models.CharField(max_length=16, choices=IdempotencyKeyState.choices, default=IdempotencyKeyState.PROCESSING)
-    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    response_body = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(default=django_timezone.now)
-    expires_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["client", "key"], name="idempotency_key_unique_per_client")]
-        indexes = [models.Index(fields=["expires_at"], name="idem_expires")]
-
-    def __str__(self) -> str:
-        return f"{self.client_id}:{self.key}"
-
-
-class DeadLetterSource(models.TextChoices):
-    NOTIFICATION = "notification"
-    EVENT = "event"
-
-
-class DeadLetterReason(models.TextChoices):
-    RETRIES_EXHAUSTED = "retries_exhausted"
-    PERMANENT_FAILURE = "permanent_failure"
-    POISON_MESSAGE = "poison_message"
-    REDELIVERY_LIMIT = "redelivery_limit"
-
-
-class Resolution(models.TextChoices):
-    UNRESOLVED = ""
-    RETRIED = "retried", "Retried"
-    DISCARDED = "discarded", "Discarded"
-
-
-class DeadLetter(models.Model):
-    """What failed for good: the record support staff work from (the broker's DLQ expires)."""
-
-    source = models.CharField(max_length=16, choices=DeadLetterSource.choices, default=DeadLetterSource.NOTIFICATION)
-    notification = models.ForeignKey(Notification, null=True, blank=True, on_delete=models.CASCADE, related_name="dead_letters")
-    channel = models.CharField(max_length=16, blank=True, default="")
-    reason = models.CharField(max_length=32, choices=DeadLetterReason.choices)
-    last_error = models.TextField(blank=True, default="")
-    attempts = models.PositiveIntegerField(default=0)
-    moved_at = models.DateTimeField(default=django_timezone.now)
-    # For events the consumer could not process: the message as it came off the broker.
-    raw_body = models.TextField(blank=True, default="")
-    routing_key = models.CharField(max_length=255, blank=True, default="")
-    headers = models.JSONField(default=dict, blank=True)
-    resolution = models.CharField(max_length=16, choices=Resolution.choices, default=Resolution.UNRESOLVED, blank=True)
-    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    resolved_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-moved_at"]
-        indexes = [
-            models.Index(fields=["resolution", "-moved_at"], name="dlq_resolution_moved"),
-            models.Index(fields=["channel"], name="dlq_channel"),
-            models.Index(fields=["reason"], name="dlq_reason"),
-        ]
-        permissions: ClassVar = [("retry_deadletter", "Can retry or discard dead letters")]
-
-    def __str__(self) -> str:
-        subject = self.notification_id or self.routing_key
-        return f"{self.reason}: {subject}"
-
-
-class ProcessedEvent(models.Model):
-    """An external event already turned into a notification: the consumer's dedup record.
-
-    The unique ``event_key`` is claimed by an insert before any work, so a redelivered event can
-    never make a second notification (never check-then-set)."""
-
-    event_key = models.CharField(max_length=255, unique=True)
-    routing_key = models.CharField(max_length=255, blank=True, default="")
-    notification = models.ForeignKey(Notification, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(default=django_timezone.now)
-    expires_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [models.Index(fields=["expires_at"], name="processed_event_expires")]
-
-    def __str__(self) -> str:
-        return self.event_key

@@ -1,0 +1,116 @@
+"""The API's own field kinds and input checks, shared by its serializers: strict strings (no
+numbers turned into text), a closed object shape, and what metadata may hold."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from rest_framework import serializers
+
+from ..locales import LOCALE_PATTERN, MAX_LOCALE_LENGTH
+
+# Metadata is stored with the notification and echoed by every read; it is context, not a payload.
+MAX_METADATA_BYTES = 16 * 1024
+MAX_METADATA_DEPTH = 32  # the metadata object itself is the first level
+MAX_BATCH = 100
+
+
+def metadata_problem(metadata: dict[str, Any], name: str = "metadata") -> str | None:
+    """Why ``metadata`` (or another free JSON object, ``name`` in the message: a template's ``data``)
+    cannot be accepted, or None: what jsonb refuses, or over our limits.
+
+    PostgreSQL's jsonb refuses \\u0000, a lone UTF-16 surrogate and Infinity/NaN (what a number too
+    large for a float, like 1e999, parses to); each was a 500 from the INSERT. The walk is iterative
+    and bounded in depth and in steps, so a hostile body costs little and never recurses.
+    """
+    pending: list[tuple[Any, int]] = [(metadata, 1)]
+    steps = 0
+    while pending:
+        steps += 1
+        if steps > MAX_METADATA_BYTES:
+            # Every key and value takes at least one byte of JSON, so the size check would fail anyway.
+            return f"{name} is over {MAX_METADATA_BYTES} bytes as JSON; the limit is {MAX_METADATA_BYTES}"
+        value, depth = pending.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return f"{name} may not contain NUL (\\u0000) characters"
+            if not value.isascii() and not _is_utf8_encodable(value):
+                return f"{name} may not contain a lone UTF-16 surrogate (\\ud800-\\udfff) in a key or value"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return f"{name} may hold only finite numbers, not NaN or Infinity (nor one too large, like 1e999)"
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_METADATA_DEPTH:
+                return f"{name} may nest objects and arrays at most {MAX_METADATA_DEPTH} levels deep"
+            if isinstance(value, dict):
+                pending.extend((key, depth) for key in value)
+                pending.extend((item, depth + 1) for item in value.values())
+            else:
+                pending.extend((item, depth + 1) for item in value)
+    size = len(json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode())
+    if size > MAX_METADATA_BYTES:
+        return f"{name} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}"
+    return None
+
+
+class StrictStringMixin:
+    """JSON strings only: DRF reads 0 or 1.5 as "0" and "1.5", so a client's type bug passed unseen
+    (and the schema, which says string, was not what the API did)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("must be a string", code="invalid")
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class StrictCharField(StrictStringMixin, serializers.CharField):
+    pass
+
+
+class StrictEmailField(StrictStringMixin, serializers.EmailField):
+    pass
+
+
+class StrictURLField(StrictStringMixin, serializers.URLField):
+    pass
+
+
+class StrictRegexField(StrictStringMixin, serializers.RegexField):
+    pass
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false only: DRF reads 0, "yes" and "off" as booleans too."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("must be true or false", code="invalid")
+        return data
+
+
+# A locale as the API takes it (the schema's pattern is the server's rule, notifications/locales.py).
+def locale_field(**kwargs: Any) -> StrictRegexField:
+    return StrictRegexField(LOCALE_PATTERN, max_length=MAX_LOCALE_LENGTH, **kwargs)
+
+
+# A request object that refuses a field it does not know, with a 400 naming it: a misspelt optional
+# field (say "sned_at") would otherwise be dropped and the request done without it. The schema says
+# so too (additionalProperties: false, api/schema.py). A comment, not a docstring: drf-spectacular
+# would show a docstring as the description of every serializer that mixes this in.
+class RefusesUnknownFields:
+    def to_internal_value(self, data: Any) -> Any:
+        known = self.fields  # type: ignore[attr-defined]
+        unknown = sorted(set(data) - set(known)) if isinstance(data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: [f"unknown field; expected one of {', '.join(known)}"]})
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+def _is_utf8_encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
