@@ -92,9 +92,9 @@ def notification_accept(
     """
     key = idempotency_key or str(uuid.uuid4())
     try:
-        notification = _notification_create(client=client, request=request, idempotency_key=key)
+        notification = notification_build(client=client, request=request, idempotency_key=key)
     except ValidationFailed:
-        replay = _idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=timezone.now())
+        replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=timezone.now())
         if replay is not None:
             return replay
         raise
@@ -103,7 +103,7 @@ def notification_accept(
     body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
     with transaction.atomic():
         if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=now):
-            replay = _idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=now)
+            replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=now)
             if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
                 raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
             return replay
@@ -140,7 +140,7 @@ def _idempotency_claim(*, client: ApiClient, key: str, fingerprint: str, body: d
     return bool(replaced)
 
 
-def _idempotency_replay(*, client: ApiClient, key: str, fingerprint: str, now: datetime) -> AcceptResult | None:
+def idempotency_replay(*, client: ApiClient, key: str, fingerprint: str, now: datetime) -> AcceptResult | None:
     """The stored answer of a live key (422 for another body); None when there is none."""
     record = IdempotencyKey.objects.filter(client=client, key=key, expires_at__gt=now).first()
     if record is None:
@@ -161,7 +161,7 @@ def _idempotency_replay(*, client: ApiClient, key: str, fingerprint: str, now: d
     )
 
 
-def _notification_create(*, client: ApiClient, request: NotificationRequest, idempotency_key: str) -> Notification:
+def notification_build(*, client: ApiClient, request: NotificationRequest, idempotency_key: str) -> Notification:
     """The notification the request asks for, validated, addressed, rendered and checked against
     its recipient's consent (suppressed, or held to the end of quiet hours), not yet saved."""
     recipient, category = recipient_and_category(client=client, user_id=request.user_id, category_key=request.category)

@@ -17,7 +17,7 @@ from ..conf import delivery_route, get_config
 from ..errors import IdempotencyConflict, NotificationError
 from ..models import ApiClient, IdempotencyKey, IdempotencyKeyState, Notification
 from ..sql import insert_rows_or_nothing
-from .accept import AcceptResult, NotificationRequest, _idempotency_replay, _notification_create
+from .accept import AcceptResult, NotificationRequest, idempotency_replay, notification_build
 from .outbox import notification_enqueued_state, notification_publish
 
 logger = logging.getLogger("notifications.services")
@@ -52,7 +52,7 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
             continue  # answered below, from the stored key or the first item with it
         first_of_key[key] = index
         try:
-            notification = _notification_create(client=client, request=item.request, idempotency_key=key)
+            notification = notification_build(client=client, request=item.request, idempotency_key=key)
         except NotificationError as exc:
             results[index] = exc
             continue
@@ -129,7 +129,7 @@ def _publish(pending: list[tuple[Notification, float]]) -> None:
 def _answer_from_key(*, client: ApiClient, item: BatchItem, first: Any, now: Any) -> AcceptResult | NotificationError:
     """The answer of an item whose key was taken: by a stored request, or by an earlier item."""
     try:
-        replay = _idempotency_replay(client=client, key=item.idempotency_key, fingerprint=item.fingerprint, now=now)
+        replay = idempotency_replay(client=client, key=item.idempotency_key, fingerprint=item.fingerprint, now=now)
     except NotificationError as exc:
         return exc
     if replay is not None:
