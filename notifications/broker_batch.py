@@ -6,6 +6,7 @@ On another broker (the embedded StubBroker) each message is enqueued as usual.""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -53,6 +54,12 @@ def messages_publish(broker: dramatiq.Broker, messages: list[dramatiq.Message[An
         # A broken channel or connection: the next batch starts on fresh ones.
         _local.held = None
         del broker.connection
+        raise
+    except Exception:
+        # Publishes of this batch must not ride along with the next batch's commit: their rows
+        # were handed back to the sweeper.
+        with contextlib.suppress(Exception):
+            channel.tx_rollback()
         raise
     for message in messages:
         broker.emit_after("enqueue", message, None)

@@ -193,6 +193,29 @@ def post_webhook(web: WebServer, token: str, to: str, n: int) -> requests.Respon
     )
 
 
+def assert_unavailable(responses: list[requests.Response]) -> None:
+    """Each answered what a client can act on while the database is away: 503 JSON, code
+    ``unavailable``, a Retry-After."""
+    for response in responses:
+        assert response.status_code == 503, response.content[:500]
+        assert response.headers["Content-Type"] == "application/json"
+        assert response.json()["error"]["code"] == "unavailable"
+        assert int(response.headers["Retry-After"]) > 0
+
+
+def accepted_again(platform: FaultPlatform, web: WebServer, token: str, url: str, *, timeout: float) -> requests.Response:
+    """POST until the API accepts again after an outage; the first 202."""
+    answers: list[requests.Response] = []
+
+    def accepted() -> bool:
+        response = post_webhook(web, token, url, 200 + len(answers))
+        answers.append(response)
+        return response.status_code == 202
+
+    platform.wait(accepted, timeout=timeout, message="the API accepts again")
+    return answers[-1]
+
+
 def ids_in(ids: Iterable[str], status: str) -> set[str]:
     return {str(pk) for pk in Notification.objects.filter(pk__in=list(ids), status=status).values_list("pk", flat=True)}
 

@@ -90,3 +90,39 @@ def test_a_batch_of_a_hundred_is_published_in_one_rabbitmq_transaction(
     assert commits == [1]
     assert ready_messages(broker, HIGH_QUEUE) == 100
     assert Notification.objects.filter(status=Status.QUEUED, enqueued_at__isnull=False).count() == 100
+
+
+def test_an_expired_key_in_a_batch_is_free_again_as_for_a_single_accept(broker: dramatiq.Broker) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    client, _ = make_api_client()
+    first = services.notification_accept(
+        client=client, request=item(7).request, idempotency_key="batch-7", fingerprint=item(7).fingerprint
+    )
+    IdempotencyKey.objects.filter(key="batch-7").update(expires_at=timezone.now() - timedelta(seconds=1))
+    [again] = services.notification_accept_batch(client=client, items=[item(7, message="a new body")])
+    assert isinstance(again, services.AcceptResult) and not again.replayed
+    assert again.notification_id != first.notification_id
+    assert Notification.objects.count() == 2
+    assert IdempotencyKey.objects.get(key="batch-7").response_body == again.body
+
+
+def test_a_batch_while_the_database_is_down_answers_503_not_a_500_per_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import OperationalError
+    from rest_framework.test import APIClient
+
+    _, token = make_api_client()
+
+    def database_gone(**kwargs: object) -> object:
+        raise OperationalError("connection to server at 127.0.0.1, port 5432 failed: Connection refused")
+
+    monkeypatch.setattr(services, "notification_accept_batch", database_gone)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    body = {"notifications": [{"user_id": f"u{n}", "to": f"u{n}@example.com", "message": "hi"} for n in range(3)]}
+    response = api.post("/api/v1/notifications/batch", body, format="json")
+    assert response.status_code == 503, response.content
+    assert response.json()["error"]["code"] == "unavailable" and int(response["Retry-After"]) > 0
+    assert Notification.objects.count() == 0

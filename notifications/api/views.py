@@ -19,7 +19,7 @@ from .. import selectors, services
 from ..errors import NotificationError, ValidationFailed
 from ..health import readiness_checks
 from ..models import ApiClient
-from .exceptions import api_exception_handler, error_body
+from .exceptions import api_exception_handler, database_unavailable, error_body, unhandled_error
 from .pagination import NewestFirstPagination
 from .schema import api_operation
 from .serializers import (
@@ -159,7 +159,9 @@ class NotificationBatchView(APIView):
                 slots[index] = self._error_slot(request, exc)
         try:
             results: list[Any] = services.notification_accept_batch(client=_client(request), items=[i for _, i in parsed])
-        except Exception:
+        except Exception as exc:
+            if database_unavailable(exc):
+                raise  # the whole batch answers 503 with Retry-After, as a single accept does
             # The batch's write failed as a whole: accept its items one by one, so that only a bad
             # item fails, in its own slot. Keys already committed replay, so nothing goes twice.
             logger.exception("a batch of %d failed as a whole; accepting its items one by one", len(parsed))
@@ -185,12 +187,10 @@ class NotificationBatchView(APIView):
             )
         except NotificationError as exc:
             return self._error_slot(request, exc)
-        except Exception:
+        except Exception as exc:
             logger.exception("batch item %d failed unexpectedly; the other items went on", index)
-            return {
-                "status": status.HTTP_500_INTERNAL_SERVER_ERROR,
-                **error_body("internal_error", "an unexpected error occurred while accepting this notification"),
-            }
+            http_status, body, _ = unhandled_error(exc)
+            return {"status": http_status, **body}
         return self._slot(request, result)
 
 

@@ -42,7 +42,9 @@ class SuppressedReason(models.TextChoices):
 # Every status change the platform may make, from -> allowed targets. A change is written with a
 # conditional UPDATE ... WHERE status IN (sources), so two workers can never both make it.
 # Suppressed is decided before a send: at accept, or at the claim when a preference changed since.
-# Queued -> accepted is a send held back to the end of the recipient's quiet hours (the sweeper's).
+# Queued -> accepted is a send held back in PostgreSQL (Notification.hold, by delivery): to the end
+# of the recipient's quiet hours, or past a rate-limit wait too long for a broker message; the
+# sweeper enqueues it again when it is due.
 TRANSITIONS: dict[str, frozenset[str]] = {
     Status.ACCEPTED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED}),
     Status.QUEUED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED, Status.ACCEPTED}),

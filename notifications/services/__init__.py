@@ -7,8 +7,10 @@ delayed message dropped by dramatiq #545, a worker killed mid-send) is found aga
 :func:`notification_sweep`. A broker message is only ever a hint to look at a row now; the claim
 in :func:`notification_deliver` makes a duplicate hint harmless.
 
-Modules point one way: ``accept`` and ``dead_letters`` -> ``outbox``; ``sweeper`` -> ``outcomes``
--> ``dead_letters``; ``delivery`` -> ``outcomes``. None imports the actors, the events or the API.
+Modules point one way (import-linter checks there is no cycle among them, and that none imports
+the actors, the events or the API): ``accept_batch`` -> ``accept`` -> ``content``/``consent``
+-> ``outbox``; ``delivery`` -> ``consent``/``outcomes`` -> ``dead_letters`` -> ``outbox``;
+``sweeper`` -> ``outcomes``/``outbox``.
 """
 
 from __future__ import annotations

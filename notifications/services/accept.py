@@ -120,8 +120,18 @@ def notification_accept(
 def _idempotency_claim(*, client: ApiClient, key: str, fingerprint: str, body: dict[str, Any], now: datetime) -> bool:
     """Insert the key with its final answer; False when a live key is there already. An expired
     key is replaced in place (only here, on the conflict, so the usual case is one INSERT)."""
-    expires_at = now + timedelta(seconds=get_config().idempotency_key_ttl_seconds)
-    values = {
+    values = idempotency_key_row(client=client, key=key, fingerprint=fingerprint, body=body, now=now)
+    if insert_or_nothing(IdempotencyKey, values, conflict_fields=("client_id", "key")):
+        return True
+    replaced = IdempotencyKey.objects.filter(client=client, key=key, expires_at__lte=now).update(
+        **{name: value for name, value in values.items() if name not in ("client_id", "key")}
+    )
+    return bool(replaced)
+
+
+def idempotency_key_row(*, client: ApiClient, key: str, fingerprint: str, body: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A key's row as it is written: already completed, with the answer it replays."""
+    return {
         "client_id": client.pk,
         "key": key,
         "fingerprint": fingerprint,
@@ -129,22 +139,19 @@ def _idempotency_claim(*, client: ApiClient, key: str, fingerprint: str, body: d
         "response_status": 202,
         "response_body": body,
         "created_at": now,
-        "expires_at": expires_at,
+        "expires_at": now + timedelta(seconds=get_config().idempotency_key_ttl_seconds),
     }
-    if insert_or_nothing(IdempotencyKey, values, conflict_fields=("client_id", "key")):
-        return True
-    replaced = IdempotencyKey.objects.filter(client=client, key=key, expires_at__lte=now).update(
-        fingerprint=fingerprint, state=IdempotencyKeyState.COMPLETED, response_status=202, response_body=body,
-        created_at=now, expires_at=expires_at,
-    )  # fmt: skip
-    return bool(replaced)
 
 
 def idempotency_replay(*, client: ApiClient, key: str, fingerprint: str, now: datetime) -> AcceptResult | None:
     """The stored answer of a live key (422 for another body); None when there is none."""
     record = IdempotencyKey.objects.filter(client=client, key=key, expires_at__gt=now).first()
-    if record is None:
-        return None
+    return None if record is None else idempotency_answer(record, fingerprint=fingerprint)
+
+
+def idempotency_answer(record: IdempotencyKey, *, fingerprint: str) -> AcceptResult:
+    """What a stored key answers a request with ``fingerprint``: its replay, or 422 for another body."""
+    key = record.key
     if record.fingerprint != fingerprint:
         raise IdempotencyConflict(
             "this Idempotency-Key was already used with a different request body",

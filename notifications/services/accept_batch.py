@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import dramatiq
@@ -13,12 +12,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..broker_batch import messages_publish
-from ..conf import delivery_route, get_config
 from ..errors import IdempotencyConflict, NotificationError
-from ..models import ApiClient, IdempotencyKey, IdempotencyKeyState, Notification
+from ..models import ApiClient, IdempotencyKey, Notification
 from ..sql import insert_rows_or_nothing
-from .accept import AcceptResult, NotificationRequest, idempotency_replay, notification_build
-from .outbox import notification_enqueued_state, notification_publish
+from .accept import (
+    AcceptResult,
+    NotificationRequest,
+    idempotency_answer,
+    idempotency_key_row,
+    idempotency_replay,
+    notification_build,
+)
+from .outbox import delivery_message, notification_enqueued_state, notification_publish
 
 logger = logging.getLogger("notifications.services")
 
@@ -40,10 +45,14 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
     replays that request's answer; a key repeated within the batch replays the first item's."""
     now = timezone.now()
     results: list[AcceptResult | NotificationError | None] = [None] * len(items)
-    live = {
-        record.key: record
-        for record in IdempotencyKey.objects.filter(client=client, key__in={i.idempotency_key for i in items}, expires_at__gt=now)
-    }
+    stored = IdempotencyKey.objects.filter(client=client, key__in={i.idempotency_key for i in items})
+    live: dict[str, IdempotencyKey] = {}
+    expired: list[str] = []
+    for record in stored:
+        if record.expires_at > now:
+            live[record.key] = record
+        else:
+            expired.append(record.key)
     first_of_key: dict[str, int] = {}
     built: list[tuple[int, Notification, dict[str, Any], float]] = []
     for index, item in enumerate(items):
@@ -60,7 +69,7 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
         body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
         built.append((index, notification, body, delay))
 
-    taken = _insert(client=client, items=items, built=built, now=now)
+    taken = _insert(client=client, items=items, built=built, expired=expired, now=now)
     for index, notification, body, _ in built:
         if notification.id in taken:
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
@@ -68,34 +77,34 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
 
     for index, item in enumerate(items):
         if results[index] is None:
+            first = results[first_of_key.get(item.idempotency_key, index)]
             results[index] = _answer_from_key(
-                client=client, item=item, first=results[first_of_key.get(item.idempotency_key, index)], now=now
+                client=client, item=item, record=live.get(item.idempotency_key), first=first, now=now
             )
     return [result for result in results if result is not None]
 
 
 def _insert(
-    *, client: ApiClient, items: list[BatchItem], built: list[tuple[int, Notification, dict[str, Any], float]], now: Any
+    *,
+    client: ApiClient,
+    items: list[BatchItem],
+    built: list[tuple[int, Notification, dict[str, Any], float]],
+    expired: list[str],
+    now: Any,
 ) -> set[Any]:
     """Insert the keys (ON CONFLICT DO NOTHING) and the notifications whose keys went in; returns
     the ids of the notifications written."""
     if not built:
         return set()
-    expires_at = now + timedelta(seconds=get_config().idempotency_key_ttl_seconds)
     rows = [
-        {
-            "client_id": client.pk,
-            "key": notification.idempotency_key,
-            "fingerprint": items[index].fingerprint,
-            "state": IdempotencyKeyState.COMPLETED,
-            "response_status": 202,
-            "response_body": body,
-            "created_at": now,
-            "expires_at": expires_at,
-        }
+        idempotency_key_row(
+            client=client, key=notification.idempotency_key, fingerprint=items[index].fingerprint, body=body, now=now
+        )
         for index, notification, body, _ in built
     ]
     with transaction.atomic():
+        if expired:  # an expired key is free again, as for a single accept; it is there until purged
+            IdempotencyKey.objects.filter(client=client, key__in=expired, expires_at__lte=now).delete()
         inserted_keys = insert_rows_or_nothing(IdempotencyKey, rows, conflict_fields=("client_id", "key"), returning="key")
         written = [notification for _, notification, _, _ in built if notification.idempotency_key in inserted_keys]
         Notification.objects.bulk_create(written)
@@ -111,14 +120,7 @@ def _publish(pending: list[tuple[Notification, float]]) -> None:
             notification_publish(notification=notification, delay_seconds=delay)
     if not due:
         return
-    messages: list[dramatiq.Message[Any]] = []
-    for notification in due:
-        route = delivery_route(notification.priority)
-        messages.append(
-            dramatiq.Message(
-                queue_name=route.queue_name, actor_name=route.actor_name, args=(str(notification.pk),), kwargs={}, options={}
-            )
-        )
+    messages = [delivery_message(notification_id=str(n.pk), priority=n.priority) for n in due]
     try:
         messages_publish(dramatiq.get_broker(), messages)
     except Exception:
@@ -126,9 +128,14 @@ def _publish(pending: list[tuple[Notification, float]]) -> None:
         Notification.objects.filter(pk__in=[n.pk for n in due], enqueued_at__isnull=False).update(enqueued_at=None)
 
 
-def _answer_from_key(*, client: ApiClient, item: BatchItem, first: Any, now: Any) -> AcceptResult | NotificationError:
-    """The answer of an item whose key was taken: by a stored request, or by an earlier item."""
+def _answer_from_key(
+    *, client: ApiClient, item: BatchItem, record: IdempotencyKey | None, first: Any, now: Any
+) -> AcceptResult | NotificationError:
+    """The answer of an item whose key was taken: by a stored request (read with the batch's keys,
+    or, when a concurrent request took it meanwhile, read now), or by an earlier item."""
     try:
+        if record is not None:
+            return idempotency_answer(record, fingerprint=item.fingerprint)
         replay = idempotency_replay(client=client, key=item.idempotency_key, fingerprint=item.fingerprint, now=now)
     except NotificationError as exc:
         return exc

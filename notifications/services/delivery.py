@@ -118,7 +118,7 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
     now = timezone.now()
     with transaction.atomic():
         attempt_finish(attempt, AttemptOutcome.DELIVERED, started=started, response=result.response_summary)
-        claim_finish(
+        current = claim_finish(
             notification.pk,
             claimed_at=attempt.started_at,
             to=Status.DELIVERED,
@@ -126,6 +126,15 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
             provider_message_id=result.provider_message_id[:255],
             last_error="",
         )
+    if not current:
+        # The provider took it, but only after the sweeper had given this send up for lost: the
+        # attempt says delivered, the notification follows its newer claim (it may go twice).
+        logger.warning(
+            "notification %s was delivered after its claim was recovered; it may be sent again",
+            notification.pk,
+            extra={"notification_id": str(notification.pk)},
+        )
+        return DeliveryOutcome("skipped", attempt.number)
     metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
     logger.info(
         "delivered notification %s on %s", notification.pk, notification.channel, extra={"notification_id": str(notification.pk)}

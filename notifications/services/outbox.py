@@ -21,14 +21,18 @@ logger = logging.getLogger("notifications.services")
 def delivery_message_send(*, notification_ids: list[str], priority: str, delay_seconds: float = 0.0) -> None:
     """Publish a delivery message for each id to its priority's queue, addressed to the delivery
     actor by name (services never import the actors; ``conf`` names the queues and actors)."""
-    route = delivery_route(priority)
     broker = dramatiq.get_broker()
     delay_ms = int(delay_seconds * 1000) or None
     for notification_id in notification_ids:
-        message: dramatiq.Message[Any] = dramatiq.Message(
-            queue_name=route.queue_name, actor_name=route.actor_name, args=(notification_id,), kwargs={}, options={}
-        )
-        broker.enqueue(message, delay=delay_ms)
+        broker.enqueue(delivery_message(notification_id=notification_id, priority=priority), delay=delay_ms)
+
+
+def delivery_message(*, notification_id: str, priority: str) -> dramatiq.Message[Any]:
+    """The delivery message of one notification, on its priority's queue, for its actor by name."""
+    route = delivery_route(priority)
+    return dramatiq.Message(
+        queue_name=route.queue_name, actor_name=route.actor_name, args=(notification_id,), kwargs={}, options={}
+    )
 
 
 def notification_enqueue(*, notification_id: Any) -> bool:
