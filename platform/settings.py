@@ -233,6 +233,10 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(seconds=env.int("AXES_COOLOFF_SECONDS", default=900))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Behind API_NUM_PROXIES reverse proxies the client is that many hops back in X-Forwarded-For, as
+# for the API's failed-authentication throttle; else every login would share the proxy's address.
+AXES_IPWARE_PROXY_COUNT = env.int("API_NUM_PROXIES", default=0) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
 AXES_RESET_ON_SUCCESS = True
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 
