@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
+from django.db import connection, models
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
@@ -207,3 +208,15 @@ def notification_pending_delivery(notification_id: Any) -> PendingDelivery | Non
         quiet_hours=quiet_hours,
         timezone=zone or "",
     )
+
+
+def table_row_estimate(model: type[models.Model]) -> int | None:
+    """PostgreSQL's own estimate of ``model``'s row count (``pg_class.reltuples``, kept by
+    autovacuum and ANALYZE): a catalogue read instead of a COUNT(*) of millions of rows. None on
+    another database or before the table was ever analysed."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] >= 0 else None

@@ -1039,3 +1039,25 @@ def test_a_row_retry_returns_to_the_filtered_list_it_was_clicked_on_and_never_to
     assert retry(first, listing) == f"{DLQ_URL}?channel=sms&resolved=no"
     assert retry(second, "https://evil.example.com/admin/notifications/deadletter/?x=1") == DLQ_URL
     assert DeadLetter.objects.filter(resolution=Resolution.RETRIED).count() == 2
+
+
+def test_a_large_unfiltered_changelist_is_counted_from_postgresqls_estimate_and_a_filtered_one_exactly(
+    support: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from notifications.admin.base import LargeTablePaginator
+
+    client, _ = make_api_client()
+    for n in range(12):
+        accept_notification(client, to=f"u{n}@example.com")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE notifications_notification")
+    monkeypatch.setattr(LargeTablePaginator, "estimate_above", 10)
+    url = "/admin/notifications/notification/"
+    with CaptureQueriesContext(connection) as unfiltered:
+        page = support.get(url)
+    assert page.status_code == 200 and page.context["cl"].result_count == 12
+    assert not [q["sql"] for q in unfiltered.captured_queries if "COUNT(*)" in q["sql"].upper()]
+    with CaptureQueriesContext(connection) as filtered:
+        page = support.get(url, {"status__exact": "queued"})
+    assert page.context["cl"].result_count == 12
+    assert [q["sql"] for q in filtered.captured_queries if "COUNT(*)" in q["sql"].upper()]

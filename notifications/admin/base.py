@@ -14,10 +14,32 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from .. import selectors
+
 RETRY_PERMISSION = "notifications.retry_deadletter"
+
+
+class LargeTablePaginator(Paginator):
+    """Counts an unfiltered changelist of a large table from PostgreSQL's estimate instead of a
+    COUNT(*) on every page (~90 ms at a million rows). Filtered lists, small tables and other
+    databases are counted exactly; the estimate only says how many pages there are about."""
+
+    estimate_above = 100_000
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if isinstance(queryset, QuerySet) and not queryset.query.where:
+            estimate = selectors.table_row_estimate(queryset.model)
+            if estimate is not None and estimate >= self.estimate_above:
+                return estimate
+        return int(super().count)
 
 
 def _pre(text: str) -> str:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from .. import services
 from ..errors import NotificationError
 from ..models import PENDING_STATUSES, DeliveryAttempt, Notification
-from .base import ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
+from .base import LargeTablePaginator, ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
 
 # What support reads of one try, on the notification's page and the attempts' own.
 ATTEMPT_FIELDS = (
@@ -59,6 +59,7 @@ class NotificationAdmin(ReadOnlyAdmin):
     search_fields = ("id", "address", "idempotency_key", "trace_id", "user_id")
     search_help_text = "Exact id, recipient address, idempotency key, trace id or user id."
     show_full_result_count = False
+    paginator = LargeTablePaginator
     inlines = (DeliveryAttemptInline,)
     actions = ("cancel_selected",)
     fieldsets = (

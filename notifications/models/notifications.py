@@ -116,6 +116,9 @@ class Notification(models.Model):
             models.Index(fields=["status", "next_attempt_at"], name="notif_status_due"),
             models.Index(fields=["trace_id"], name="notif_trace"),
             models.Index(fields=["idempotency_key"], name="notif_idem_key"),
+            # The admin's exact search ORs address with the other indexed columns: without this
+            # one index the whole OR is a sequential scan (~150 ms a query at 1M rows).
+            models.Index(fields=["address"], name="notif_address"),
         ]
 
     def __str__(self) -> str:
