@@ -121,26 +121,15 @@ def category_keys_known(*, client: ApiClient, keys: list[str]) -> set[str]:
 
 
 def recipient_and_category(*, client: ApiClient, user_id: str, category_key: str) -> tuple[Recipient | None, Category | None]:
-    """What accepting a notification reads, in one query: the category ``category_key`` as the
-    client sees it (None: unknown) and the client's recipient ``user_id`` (None: not stored), whose
-    preferences and quiet hours apply even when the request gives the address itself. The
-    recipient's columns come as uncorrelated subqueries, each one probe of its unique index."""
-    recipient = Recipient.objects.filter(client=client, user_id=user_id)
-    columns = [field.attname for field in Recipient._meta.concrete_fields]
-    row = (
-        _own_then_platform(Category.objects.filter(key=category_key), client)
-        .annotate(**{f"recipient_{name}": Subquery(recipient.values(name)[:1]) for name in columns})
-        .first()
-    )
-    if row is None:
+    """What accepting a notification reads: the category ``category_key`` as the client sees it
+    (None: unknown) and the client's recipient ``user_id`` (None: not stored), whose preferences
+    and quiet hours apply even when the request gives the address itself. Two plain primary-key
+    or unique-index probes: building one query with a subquery per recipient column cost more
+    CPU in the ORM than the second round trip costs."""
+    category = category_get(client=client, key=category_key)
+    if category is None:
         return None, None
-    values = {name: getattr(row, f"recipient_{name}") for name in columns}
-    if values["id"] is None:
-        return None, row
-    stored = Recipient(**values)
-    stored._state.adding = False
-    stored._state.db = row._state.db
-    return stored, row
+    return Recipient.objects.filter(client=client, user_id=user_id).first(), category
 
 
 def template_get(*, client: ApiClient, key: str) -> NotificationTemplate | None:

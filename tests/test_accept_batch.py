@@ -56,11 +56,11 @@ def test_a_batch_is_one_key_read_one_transaction_and_one_publish_with_an_answer_
     assert isinstance(repeat, services.AcceptResult) and repeat.replayed and repeat.body == first.body
     assert isinstance(conflict, IdempotencyConflict)
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # The batch's keys, then each new item's one read (its category and recipient's consent, as a
+    # The batch's keys, then each new item's two reads (its category, its recipient's consent, as a
     # single accept does); then the writes, in one transaction; then the keys answered from the
     # database.
     begin = statements.index("BEGIN")
-    assert statements[:begin] == ["SELECT"] * 4, statements
+    assert statements[:begin] == ["SELECT"] * (1 + 2 * 3), statements
     assert statements[begin : begin + 4] == ["BEGIN", "INSERT", "INSERT", "COMMIT"], statements
     assert statements.count("INSERT") == 2
     assert Notification.objects.count() == 3
