@@ -25,7 +25,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from notifications import services
-from notifications.models import FINISHED_STATUSES, ApiClient, Notification, Status
+from notifications.models import FINISHED_STATUSES, ApiClient, AttemptOutcome, DeliveryAttempt, Notification, Status
 
 from .fakes import FakeProviderServer, Reply
 from .helpers import PlatformProcess, platform_env, wait_until
@@ -214,6 +214,13 @@ def accepted_again(platform: FaultPlatform, web: WebServer, token: str, url: str
 
     platform.wait(accepted, timeout=timeout, message="the API accepts again")
     return answers[-1]
+
+
+def interrupted_ids(ids: Iterable[str]) -> set[str]:
+    """The notifications of ``ids`` with a send the sweeper recovered as interrupted: those whose
+    outcome a fault hid."""
+    attempts = DeliveryAttempt.objects.filter(notification__in=list(ids), outcome=AttemptOutcome.INTERRUPTED)
+    return {str(pk) for pk in attempts.values_list("notification_id", flat=True)}
 
 
 def ids_in(ids: Iterable[str], status: str) -> set[str]:

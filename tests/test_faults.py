@@ -48,6 +48,7 @@ from .faults import (
     check_nothing_lost,
     connections_with_heartbeat,
     ids_in,
+    interrupted_ids,
     post_webhook,
     wait_until_final,
     worker_metric,
@@ -549,8 +550,7 @@ def test_postgresql_stopped_during_accepts_answers_503_and_everything_accepted_i
     settled_at = wait_until_final(ids, timeout=120, platform=platform)
     # In flight at the fault: also every send claimed between the read above and the stop, whose
     # outcome could not be written; the sweeper marked each such attempt interrupted.
-    interrupted = DeliveryAttempt.objects.filter(notification__in=ids, outcome=AttemptOutcome.INTERRUPTED)
-    in_flight |= {str(pk) for pk in interrupted.values_list("notification_id", flat=True)}
+    in_flight |= interrupted_ids(ids)
     figures = check_nothing_lost(
         "PostgreSQL stopped during accepts",
         ids=ids,

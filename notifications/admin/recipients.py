@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from .. import services
 from ..models import Recipient
 from .base import ReadOnlyAdmin
 
@@ -14,17 +15,5 @@ class RecipientAdmin(ReadOnlyAdmin):
     list_filter = ("client",)
     list_select_related = ("client",)
     search_fields = ("=user_id", "=email", "=phone")
-    readonly_fields = (
-        "client",
-        "user_id",
-        "email",
-        "phone",
-        "push_tokens",
-        "webhook_url",
-        "locale",
-        "timezone",
-        "quiet_hours",
-        "preferences",
-        "created_at",
-        "updated_at",
-    )
+    # The recipient's stored fields as the service defines them, so a new one shows up here too.
+    readonly_fields = ("client", "user_id", *services.RECIPIENT_FIELDS, "preferences", "created_at", "updated_at")

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import models
 from rest_framework import serializers
 
+from .. import services
 from ..channels.addresses import MAX_PUSH_TOKEN_LENGTH
 from ..models import DEFAULT_CATEGORY, Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
 from ..services import NotificationRequest
@@ -263,13 +264,7 @@ class RecipientSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
         model = Recipient
         fields = [
             "user_id",
-            "email",
-            "phone",
-            "push_tokens",
-            "webhook_url",
-            "locale",
-            "timezone",
-            "quiet_hours",
+            *services.RECIPIENT_FIELDS,  # what recipient_upsert stores, in its order
             "created_at",
             "updated_at",
         ]
