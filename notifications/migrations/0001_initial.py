@@ -8,7 +8,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -17,177 +16,289 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ApiClient',
+            name="ApiClient",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('token_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('token_prefix', models.CharField(editable=False, help_text='First characters of the token, to tell tokens apart.', max_length=12)),
-                ('is_active', models.BooleanField(default=True)),
-                ('webhook_secret', models.CharField(blank=True, default='', help_text='Signs webhook deliveries (HMAC-SHA256).', max_length=64)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('token_rotated_at', models.DateTimeField(blank=True, editable=False, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("token_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                (
+                    "token_prefix",
+                    models.CharField(
+                        editable=False, help_text="First characters of the token, to tell tokens apart.", max_length=12
+                    ),
+                ),
+                ("is_active", models.BooleanField(default=True)),
+                (
+                    "webhook_secret",
+                    models.CharField(blank=True, default="", help_text="Signs webhook deliveries (HMAC-SHA256).", max_length=64),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                ("token_rotated_at", models.DateTimeField(blank=True, editable=False, null=True)),
             ],
             options={
-                'verbose_name': 'API client',
-                'ordering': ['name'],
+                "verbose_name": "API client",
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Notification',
+            name="Notification",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('user_id', models.CharField(max_length=255)),
-                ('channel', models.CharField(choices=[('email', 'Email'), ('sms', 'Sms'), ('push', 'Push'), ('webhook', 'Webhook')], max_length=16)),
-                ('address', models.CharField(help_text='Where it is sent: email, phone, device token or URL.', max_length=2000)),
-                ('subject', models.CharField(blank=True, default='', max_length=998)),
-                ('message', models.TextField()),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('priority', models.CharField(choices=[('high', 'High'), ('bulk', 'Bulk')], default='high', max_length=8)),
-                ('send_at', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('accepted', 'Accepted'), ('queued', 'Queued'), ('sending', 'Sending'), ('retrying', 'Retrying'), ('delivered', 'Delivered'), ('failed', 'Failed'), ('dead', 'Dead'), ('cancelled', 'Cancelled')], default='accepted', max_length=16)),
-                ('attempt_count', models.PositiveIntegerField(default=0)),
-                ('next_attempt_at', models.DateTimeField(blank=True, null=True)),
-                ('enqueued_at', models.DateTimeField(blank=True, null=True)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('provider_message_id', models.CharField(blank=True, default='', max_length=255)),
-                ('trace_id', models.CharField(blank=True, default='', max_length=32)),
-                ('idempotency_key', models.CharField(blank=True, default='', max_length=255)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('delivered_at', models.DateTimeField(blank=True, null=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='notifications', to='notifications.apiclient')),
+                ("id", models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
+                ("user_id", models.CharField(max_length=255)),
+                (
+                    "channel",
+                    models.CharField(
+                        choices=[("email", "Email"), ("sms", "Sms"), ("push", "Push"), ("webhook", "Webhook")], max_length=16
+                    ),
+                ),
+                ("address", models.CharField(help_text="Where it is sent: email, phone, device token or URL.", max_length=2000)),
+                ("subject", models.CharField(blank=True, default="", max_length=998)),
+                ("message", models.TextField()),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("priority", models.CharField(choices=[("high", "High"), ("bulk", "Bulk")], default="high", max_length=8)),
+                ("send_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("accepted", "Accepted"),
+                            ("queued", "Queued"),
+                            ("sending", "Sending"),
+                            ("retrying", "Retrying"),
+                            ("delivered", "Delivered"),
+                            ("failed", "Failed"),
+                            ("dead", "Dead"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="accepted",
+                        max_length=16,
+                    ),
+                ),
+                ("attempt_count", models.PositiveIntegerField(default=0)),
+                ("next_attempt_at", models.DateTimeField(blank=True, null=True)),
+                ("enqueued_at", models.DateTimeField(blank=True, null=True)),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("provider_message_id", models.CharField(blank=True, default="", max_length=255)),
+                ("trace_id", models.CharField(blank=True, default="", max_length=32)),
+                ("idempotency_key", models.CharField(blank=True, default="", max_length=255)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("delivered_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="notifications", to="notifications.apiclient"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='DeliveryAttempt',
+            name="DeliveryAttempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('outcome', models.CharField(choices=[('in_progress', 'In Progress'), ('delivered', 'Delivered'), ('transient_error', 'Transient Error'), ('permanent_error', 'Permanent Error'), ('interrupted', 'Interrupted')], default='in_progress', max_length=20)),
-                ('error_class', models.CharField(blank=True, default='', max_length=255)),
-                ('error_message', models.TextField(blank=True, default='')),
-                ('provider_response', models.TextField(blank=True, default='', help_text='A short summary of what the provider answered.')),
-                ('duration_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('notification', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempts', to='notifications.notification')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("number", models.PositiveIntegerField()),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("in_progress", "In Progress"),
+                            ("delivered", "Delivered"),
+                            ("transient_error", "Transient Error"),
+                            ("permanent_error", "Permanent Error"),
+                            ("interrupted", "Interrupted"),
+                        ],
+                        default="in_progress",
+                        max_length=20,
+                    ),
+                ),
+                ("error_class", models.CharField(blank=True, default="", max_length=255)),
+                ("error_message", models.TextField(blank=True, default="")),
+                (
+                    "provider_response",
+                    models.TextField(blank=True, default="", help_text="A short summary of what the provider answered."),
+                ),
+                ("duration_ms", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "notification",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="attempts", to="notifications.notification"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['notification', 'number'],
+                "ordering": ["notification", "number"],
             },
         ),
         migrations.CreateModel(
-            name='DeadLetter',
+            name="DeadLetter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(choices=[('notification', 'Notification'), ('event', 'Event')], default='notification', max_length=16)),
-                ('channel', models.CharField(blank=True, default='', max_length=16)),
-                ('reason', models.CharField(choices=[('retries_exhausted', 'Retries Exhausted'), ('permanent_failure', 'Permanent Failure'), ('poison_message', 'Poison Message'), ('redelivery_limit', 'Redelivery Limit')], max_length=32)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('moved_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('raw_body', models.TextField(blank=True, default='')),
-                ('routing_key', models.CharField(blank=True, default='', max_length=255)),
-                ('headers', models.JSONField(blank=True, default=dict)),
-                ('resolution', models.CharField(blank=True, choices=[('', 'Unresolved'), ('retried', 'Retried'), ('discarded', 'Discarded')], default='', max_length=16)),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('resolved_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('notification', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='dead_letters', to='notifications.notification')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("notification", "Notification"), ("event", "Event")], default="notification", max_length=16
+                    ),
+                ),
+                ("channel", models.CharField(blank=True, default="", max_length=16)),
+                (
+                    "reason",
+                    models.CharField(
+                        choices=[
+                            ("retries_exhausted", "Retries Exhausted"),
+                            ("permanent_failure", "Permanent Failure"),
+                            ("poison_message", "Poison Message"),
+                            ("redelivery_limit", "Redelivery Limit"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("moved_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("raw_body", models.TextField(blank=True, default="")),
+                ("routing_key", models.CharField(blank=True, default="", max_length=255)),
+                ("headers", models.JSONField(blank=True, default=dict)),
+                (
+                    "resolution",
+                    models.CharField(
+                        blank=True,
+                        choices=[("", "Unresolved"), ("retried", "Retried"), ("discarded", "Discarded")],
+                        default="",
+                        max_length=16,
+                    ),
+                ),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "resolved_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "notification",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="dead_letters",
+                        to="notifications.notification",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-moved_at'],
-                'permissions': [('retry_deadletter', 'Can retry or discard dead letters')],
+                "ordering": ["-moved_at"],
+                "permissions": [("retry_deadletter", "Can retry or discard dead letters")],
             },
         ),
         migrations.CreateModel(
-            name='Recipient',
+            name="Recipient",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('user_id', models.CharField(max_length=255)),
-                ('email', models.EmailField(blank=True, default='', max_length=254)),
-                ('phone', models.CharField(blank=True, default='', help_text='E.164, e.g. +14155550123', max_length=16)),
-                ('push_tokens', models.JSONField(blank=True, default=list)),
-                ('webhook_url', models.URLField(blank=True, default='', max_length=2000)),
-                ('locale', models.CharField(blank=True, default='', max_length=35)),
-                ('timezone', models.CharField(blank=True, default='', max_length=64)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='recipients', to='notifications.apiclient')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("user_id", models.CharField(max_length=255)),
+                ("email", models.EmailField(blank=True, default="", max_length=254)),
+                ("phone", models.CharField(blank=True, default="", help_text="E.164, e.g. +14155550123", max_length=16)),
+                ("push_tokens", models.JSONField(blank=True, default=list)),
+                ("webhook_url", models.URLField(blank=True, default="", max_length=2000)),
+                ("locale", models.CharField(blank=True, default="", max_length=35)),
+                ("timezone", models.CharField(blank=True, default="", max_length=64)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="recipients", to="notifications.apiclient"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='IdempotencyKey',
+            name="IdempotencyKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('fingerprint', models.CharField(help_text='SHA-256 of the canonical request body.', max_length=64)),
-                ('state', models.CharField(choices=[('processing', 'Processing'), ('completed', 'Completed')], default='processing', max_length=16)),
-                ('response_status', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('response_body', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('expires_at', models.DateTimeField()),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='idempotency_keys', to='notifications.apiclient')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=255)),
+                ("fingerprint", models.CharField(help_text="SHA-256 of the canonical request body.", max_length=64)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("processing", "Processing"), ("completed", "Completed")], default="processing", max_length=16
+                    ),
+                ),
+                ("response_status", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("response_body", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("expires_at", models.DateTimeField()),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="idempotency_keys", to="notifications.apiclient"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['expires_at'], name='idem_expires')],
-                'constraints': [models.UniqueConstraint(fields=('client', 'key'), name='idempotency_key_unique_per_client')],
+                "indexes": [models.Index(fields=["expires_at"], name="idem_expires")],
+                "constraints": [models.UniqueConstraint(fields=("client", "key"), name="idempotency_key_unique_per_client")],
             },
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['status', 'created_at'], name='notif_status_created'),
+            model_name="notification",
+            index=models.Index(fields=["status", "created_at"], name="notif_status_created"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['client', '-created_at'], name='notif_client_created'),
+            model_name="notification",
+            index=models.Index(fields=["client", "-created_at"], name="notif_client_created"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['client', 'user_id'], name='notif_client_user'),
+            model_name="notification",
+            index=models.Index(fields=["client", "user_id"], name="notif_client_user"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['user_id'], name='notif_user'),
+            model_name="notification",
+            index=models.Index(fields=["user_id"], name="notif_user"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['channel', 'status'], name='notif_channel_status'),
+            model_name="notification",
+            index=models.Index(fields=["channel", "status"], name="notif_channel_status"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['status', 'next_attempt_at'], name='notif_status_due'),
+            model_name="notification",
+            index=models.Index(fields=["status", "next_attempt_at"], name="notif_status_due"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['trace_id'], name='notif_trace'),
+            model_name="notification",
+            index=models.Index(fields=["trace_id"], name="notif_trace"),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['idempotency_key'], name='notif_idem_key'),
+            model_name="notification",
+            index=models.Index(fields=["idempotency_key"], name="notif_idem_key"),
         ),
         migrations.AddConstraint(
-            model_name='deliveryattempt',
-            constraint=models.UniqueConstraint(fields=('notification', 'number'), name='attempt_unique_number'),
+            model_name="deliveryattempt",
+            constraint=models.UniqueConstraint(fields=("notification", "number"), name="attempt_unique_number"),
         ),
         migrations.AddIndex(
-            model_name='deadletter',
-            index=models.Index(fields=['resolution', '-moved_at'], name='dlq_resolution_moved'),
+            model_name="deadletter",
+            index=models.Index(fields=["resolution", "-moved_at"], name="dlq_resolution_moved"),
         ),
         migrations.AddIndex(
-            model_name='deadletter',
-            index=models.Index(fields=['channel'], name='dlq_channel'),
+            model_name="deadletter",
+            index=models.Index(fields=["channel"], name="dlq_channel"),
         ),
         migrations.AddIndex(
-            model_name='deadletter',
-            index=models.Index(fields=['reason'], name='dlq_reason'),
+            model_name="deadletter",
+            index=models.Index(fields=["reason"], name="dlq_reason"),
         ),
         migrations.AddConstraint(
-            model_name='recipient',
-            constraint=models.UniqueConstraint(fields=('client', 'user_id'), name='recipient_unique_per_client'),
+            model_name="recipient",
+            constraint=models.UniqueConstraint(fields=("client", "user_id"), name="recipient_unique_per_client"),
         ),
     ]

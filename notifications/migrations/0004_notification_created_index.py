@@ -4,14 +4,13 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('notifications', '0003_support_group'),
+        ("notifications", "0003_support_group"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['created_at'], name='notif_created'),
+            model_name="notification",
+            index=models.Index(fields=["created_at"], name="notif_created"),
         ),
     ]

@@ -6,123 +6,199 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('notifications', '0004_notification_created_index'),
+        ("notifications", "0004_notification_created_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='notification',
-            name='headers',
-            field=models.JSONField(blank=True, default=dict, help_text='Extra email headers it is sent with (List-Unsubscribe).'),
+            model_name="notification",
+            name="headers",
+            field=models.JSONField(blank=True, default=dict, help_text="Extra email headers it is sent with (List-Unsubscribe)."),
         ),
         migrations.AddField(
-            model_name='notification',
-            name='html_message',
-            field=models.TextField(blank=True, default='', help_text='The HTML part of an email, when its template has one.'),
+            model_name="notification",
+            name="html_message",
+            field=models.TextField(blank=True, default="", help_text="The HTML part of an email, when its template has one."),
         ),
         migrations.AddField(
-            model_name='notification',
-            name='locale',
-            field=models.CharField(blank=True, default='', help_text='The locale of the template variant used.', max_length=35),
+            model_name="notification",
+            name="locale",
+            field=models.CharField(blank=True, default="", help_text="The locale of the template variant used.", max_length=35),
         ),
         migrations.AddField(
-            model_name='notification',
-            name='suppressed_reason',
-            field=models.CharField(blank=True, choices=[('preference', 'Preference'), ('unsubscribed', 'Unsubscribed'), ('default_off', 'Default Off')], default='', max_length=16),
+            model_name="notification",
+            name="suppressed_reason",
+            field=models.CharField(
+                blank=True,
+                choices=[("preference", "Preference"), ("unsubscribed", "Unsubscribed"), ("default_off", "Default Off")],
+                default="",
+                max_length=16,
+            ),
         ),
         migrations.AddField(
-            model_name='notification',
-            name='template_key',
-            field=models.CharField(blank=True, default='', max_length=100),
+            model_name="notification",
+            name="template_key",
+            field=models.CharField(blank=True, default="", max_length=100),
         ),
         migrations.AddField(
-            model_name='recipient',
-            name='preferences',
+            model_name="recipient",
+            name="preferences",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='recipient',
-            name='quiet_hours',
+            model_name="recipient",
+            name="quiet_hours",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='notification',
-            name='status',
-            field=models.CharField(choices=[('accepted', 'Accepted'), ('queued', 'Queued'), ('sending', 'Sending'), ('retrying', 'Retrying'), ('delivered', 'Delivered'), ('failed', 'Failed'), ('dead', 'Dead'), ('cancelled', 'Cancelled'), ('suppressed', 'Suppressed')], default='accepted', max_length=16),
+            model_name="notification",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("accepted", "Accepted"),
+                    ("queued", "Queued"),
+                    ("sending", "Sending"),
+                    ("retrying", "Retrying"),
+                    ("delivered", "Delivered"),
+                    ("failed", "Failed"),
+                    ("dead", "Dead"),
+                    ("cancelled", "Cancelled"),
+                    ("suppressed", "Suppressed"),
+                ],
+                default="accepted",
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='Category',
+            name="Category",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('key', models.SlugField(max_length=64)),
-                ('critical', models.BooleanField(default=False, help_text='Sent whatever the preferences and quiet hours say: security codes, password resets.')),
-                ('default_enabled', models.BooleanField(default=True, help_text='Off: an opt-in category, sent only to recipients whose preferences allow it.')),
-                ('client', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='notifications.apiclient')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("key", models.SlugField(max_length=64)),
+                (
+                    "critical",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Sent whatever the preferences and quiet hours say: security codes, password resets.",
+                    ),
+                ),
+                (
+                    "default_enabled",
+                    models.BooleanField(
+                        default=True, help_text="Off: an opt-in category, sent only to recipients whose preferences allow it."
+                    ),
+                ),
+                (
+                    "client",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="notifications.apiclient",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'categories',
-                'ordering': ['key'],
-                'abstract': False,
+                "verbose_name_plural": "categories",
+                "ordering": ["key"],
+                "abstract": False,
             },
         ),
         migrations.AddField(
-            model_name='notification',
-            name='category',
-            field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='notifications.category'),
+            model_name="notification",
+            name="category",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="notifications.category",
+            ),
         ),
         migrations.CreateModel(
-            name='NotificationTemplate',
+            name="NotificationTemplate",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('key', models.SlugField(max_length=100)),
-                ('client', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='notifications.apiclient')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("key", models.SlugField(max_length=100)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="notifications.apiclient",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'template',
-                'ordering': ['key'],
-                'abstract': False,
+                "verbose_name": "template",
+                "ordering": ["key"],
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='TemplateVariant',
+            name="TemplateVariant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('channel', models.CharField(choices=[('email', 'Email'), ('sms', 'Sms'), ('push', 'Push'), ('webhook', 'Webhook')], max_length=16)),
-                ('locale', models.CharField(max_length=35)),
-                ('subject', models.CharField(blank=True, default='', help_text='Email subject, push title.', max_length=998)),
-                ('body', models.TextField(help_text='Text; no autoescaping.')),
-                ('html_body', models.TextField(blank=True, default='', help_text='Email only, optional; autoescaped.')),
-                ('template', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='variants', to='notifications.notificationtemplate')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "channel",
+                    models.CharField(
+                        choices=[("email", "Email"), ("sms", "Sms"), ("push", "Push"), ("webhook", "Webhook")], max_length=16
+                    ),
+                ),
+                ("locale", models.CharField(max_length=35)),
+                ("subject", models.CharField(blank=True, default="", help_text="Email subject, push title.", max_length=998)),
+                ("body", models.TextField(help_text="Text; no autoescaping.")),
+                ("html_body", models.TextField(blank=True, default="", help_text="Email only, optional; autoescaped.")),
+                (
+                    "template",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="variants",
+                        to="notifications.notificationtemplate",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'variant',
-                'ordering': ['channel', 'locale'],
+                "verbose_name": "variant",
+                "ordering": ["channel", "locale"],
             },
         ),
         migrations.AddConstraint(
-            model_name='category',
-            constraint=models.UniqueConstraint(condition=models.Q(('client__isnull', False)), fields=('client', 'key'), name='category_unique_per_client'),
+            model_name="category",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("client__isnull", False)), fields=("client", "key"), name="category_unique_per_client"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='category',
-            constraint=models.UniqueConstraint(condition=models.Q(('client__isnull', True)), fields=('key',), name='category_unique_platform'),
+            model_name="category",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("client__isnull", True)), fields=("key",), name="category_unique_platform"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='notificationtemplate',
-            constraint=models.UniqueConstraint(condition=models.Q(('client__isnull', False)), fields=('client', 'key'), name='notificationtemplate_unique_per_client'),
+            model_name="notificationtemplate",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("client__isnull", False)),
+                fields=("client", "key"),
+                name="notificationtemplate_unique_per_client",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='notificationtemplate',
-            constraint=models.UniqueConstraint(condition=models.Q(('client__isnull', True)), fields=('key',), name='notificationtemplate_unique_platform'),
+            model_name="notificationtemplate",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("client__isnull", True)), fields=("key",), name="notificationtemplate_unique_platform"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='templatevariant',
-            constraint=models.UniqueConstraint(fields=('template', 'channel', 'locale'), name='variant_unique_channel_locale'),
+            model_name="templatevariant",
+            constraint=models.UniqueConstraint(fields=("template", "channel", "locale"), name="variant_unique_channel_locale"),
         ),
     ]

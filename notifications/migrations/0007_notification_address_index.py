@@ -4,14 +4,13 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('notifications', '0006_transactional_category_order_created_template'),
+        ("notifications", "0006_transactional_category_order_created_template"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(fields=['address'], name='notif_address'),
+            model_name="notification",
+            index=models.Index(fields=["address"], name="notif_address"),
         ),
     ]
