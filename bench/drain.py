@@ -79,15 +79,17 @@ def consumer_count() -> int:
 
 
 def backlog_publish(ids: list[str]) -> None:
-    """One delivery message per id, published in one AMQP transaction (broker_batch)."""
+    """The backlog's delivery messages as the batch service makes them (DELIVERY_BATCH_SIZE ids a
+    message), all published in one AMQP transaction (broker_batch)."""
     import dramatiq
 
     from notifications.broker_batch import messages_publish
-    from notifications.conf import delivery_route
+    from notifications.conf import get_config
+    from notifications.services.outbox import delivery_message
 
-    route = delivery_route("high")
-    messages: list[dramatiq.Message[Any]] = [
-        dramatiq.Message(queue_name=route.queue_name, actor_name=route.actor_name, args=(i,), kwargs={}, options={}) for i in ids
+    size = get_config().delivery_batch_size
+    messages = [
+        delivery_message(notification_ids=ids[start : start + size], priority="high") for start in range(0, len(ids), size)
     ]
     messages_publish(dramatiq.get_broker(), messages)
 

@@ -23,15 +23,16 @@ _ACTOR_OPTIONS: dict[str, Any] = {
 }
 
 
-def _deliver(notification_id: str) -> None:
+def _deliver(notification_ids: tuple[str, ...]) -> None:
     try:
-        services.notification_deliver(notification_id=notification_id)
+        services.notifications_deliver(notification_ids=list(notification_ids))
     except services.SendRateLimited as limited:
-        _wait_for_send_slot(limited.retry_after)
+        _wait_for_send_slot(limited.retry_after, notification_ids=limited.notification_ids)
 
 
-def _wait_for_send_slot(seconds: float) -> None:
-    """Put the message in hand back on its queue after ``seconds``, as it is.
+def _wait_for_send_slot(seconds: float, *, notification_ids: list[str]) -> None:
+    """Put the message in hand back on its queue after ``seconds``, as it is, with only the ids
+    that found no send slot.
 
     Our own rate limit is a wait, not an attempt. Dramatiq's Retries middleware counts every
     exception it sees, ``Retry`` included (dramatiq 2.x ``middleware/retries.py``), so raising
@@ -40,19 +41,20 @@ def _wait_for_send_slot(seconds: float) -> None:
     """
     message = CurrentMessage.get_current_message()
     if message is None:  # called outside a worker (a direct call in a test): nothing to requeue
-        raise services.SendRateLimited(seconds)
-    dramatiq.get_broker().enqueue(message, delay=max(1, int(seconds * 1000)))
+        raise services.SendRateLimited(seconds, notification_ids=notification_ids)
+    dramatiq.get_broker().enqueue(message.copy(args=tuple(notification_ids)), delay=max(1, int(seconds * 1000)))
 
 
+# A message carries one notification id, or several enqueued together (services/outbox.py).
 @dramatiq.actor(
     actor_name=DELIVERY_ROUTES["high"].actor_name, queue_name=DELIVERY_ROUTES["high"].queue_name, priority=0, **_ACTOR_OPTIONS
 )
-def deliver_notification(notification_id: str) -> None:
-    _deliver(notification_id)
+def deliver_notification(*notification_ids: str) -> None:
+    _deliver(notification_ids)
 
 
 @dramatiq.actor(
     actor_name=DELIVERY_ROUTES["bulk"].actor_name, queue_name=DELIVERY_ROUTES["bulk"].queue_name, priority=10, **_ACTOR_OPTIONS
 )
-def deliver_bulk_notification(notification_id: str) -> None:
-    _deliver(notification_id)
+def deliver_bulk_notification(*notification_ids: str) -> None:
+    _deliver(notification_ids)

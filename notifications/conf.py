@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     # Past the actor's time limit (120 s) so a slow send is not recovered while still in flight.
     "SENDING_TIMEOUT_SECONDS": 300.0,
     "BROKER_DELAY_MAX_SECONDS": 30.0,
+    # Ids a delivery message carries when work arrives together (a batch accept, a broadcast, a
+    # sweep): the worker claims and records them in one statement each.
+    "DELIVERY_BATCH_SIZE": 50,
     "RETENTION_DAYS": 30,
     "WEBHOOK_ALLOW_HOSTS": [],
     "WEBHOOK_TIMEOUT_SECONDS": 10.0,
@@ -147,6 +150,7 @@ class NotificationsConfig:
     queued_timeout_seconds: float
     sending_timeout_seconds: float
     broker_delay_max_seconds: float
+    delivery_batch_size: int
     retention_days: int
     webhook_allow_hosts: tuple[str, ...]
     webhook_timeout_seconds: float
@@ -262,6 +266,7 @@ def get_config() -> NotificationsConfig:
         queued_timeout_seconds=_at_least(raw, "QUEUED_TIMEOUT_SECONDS", 1, float),
         sending_timeout_seconds=_at_least(raw, "SENDING_TIMEOUT_SECONDS", 1, float),
         broker_delay_max_seconds=_at_least(raw, "BROKER_DELAY_MAX_SECONDS", 0, float),
+        delivery_batch_size=_at_least(raw, "DELIVERY_BATCH_SIZE", 1, int),
         retention_days=_at_least(raw, "RETENTION_DAYS", 1, int),
         webhook_allow_hosts=tuple(h.strip().lower() for h in raw["WEBHOOK_ALLOW_HOSTS"] if h.strip()),
         webhook_timeout_seconds=_at_least(raw, "WEBHOOK_TIMEOUT_SECONDS", 0.1, float),

@@ -26,11 +26,14 @@ from .conf import get_config, redis_client
 from .degraded import RedisOutage
 
 # KEYS[1]: the channel's theoretical arrival time (TAT), in microseconds since the epoch.
-# ARGV[1]: emission interval (us); ARGV[2]: the longest wait a caller accepts (us).
-# Returns {reserved (0/1), wait_us}. Redis' own clock is used so hosts with skewed clocks agree.
+# ARGV[1]: emission interval (us); ARGV[2]: the longest wait a caller accepts (us); ARGV[3]: how
+# many consecutive slots it wants (a batch). Returns {slots reserved (0 = none), wait_us}: the
+# first slot is wait_us away, each next one an interval later, none past max_wait. Redis' own
+# clock is used so hosts with skewed clocks agree.
 _RESERVE_SCRIPT = """
 local interval = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
+local wanted = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -39,18 +42,26 @@ local wait = tat - now
 if wait > max_wait then
   return {0, wait - max_wait}
 end
-local ttl_ms = math.ceil((tat + interval - now) / 1000) + 1000
-redis.call('SET', KEYS[1], tostring(tat + interval), 'PX', ttl_ms)
-return {1, wait}
+local slots = math.min(wanted, math.floor((max_wait - wait) / interval) + 1)
+local ttl_ms = math.ceil((tat + slots * interval - now) / 1000) + 1000
+redis.call('SET', KEYS[1], tostring(tat + slots * interval), 'PX', ttl_ms)
+return {slots, wait}
 """
 
 
 @dataclass(frozen=True)
 class Reservation:
-    """``reserved``: a slot is held, send after ``wait_seconds``. Otherwise retry after that long."""
+    """``reserved``: ``slots`` slots are held, the first after ``wait_seconds``, each next one
+    ``interval`` later. Otherwise retry after ``wait_seconds``."""
 
     reserved: bool
     wait_seconds: float
+    slots: int = 1
+    interval: float = 0.0
+
+    def slot_wait(self, index: int) -> float:
+        """Seconds from the reservation to slot ``index`` (0-based)."""
+        return self.wait_seconds + index * self.interval
 
 
 class _LocalReserver:
@@ -58,15 +69,16 @@ class _LocalReserver:
         self._lock = threading.Lock()
         self._tat: dict[str, float] = {}
 
-    def reserve(self, key: str, interval: float, max_wait: float) -> Reservation:
+    def reserve(self, key: str, interval: float, max_wait: float, count: int) -> Reservation:
         with self._lock:
             now = time.time()
             tat = max(self._tat.get(key, 0.0), now)
             wait = tat - now
             if wait > max_wait:
                 return Reservation(False, wait - max_wait)
-            self._tat[key] = tat + interval
-            return Reservation(True, wait)
+            slots = min(count, int((max_wait - wait) // interval) + 1)
+            self._tat[key] = tat + slots * interval
+            return Reservation(True, wait, slots, interval)
 
 
 _local = _LocalReserver()
@@ -79,26 +91,27 @@ def _key(channel: str) -> str:
     return cache.make_key(f"ratelimit:{channel}")
 
 
-def reserve_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0) -> Reservation:
-    """Reserve the next send slot of the channel, or of its provider ``account`` when that account
-    has a limit of its own (``sms:ACxxx=5/s``); sends without a limit are always free."""
+def reserve_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0, count: int = 1) -> Reservation:
+    """Reserve the next send slot of the channel (or the next ``count``, at most as many as fall
+    within ``max_wait``), or of its provider ``account`` when that account has a limit of its own
+    (``sms:ACxxx=5/s``); sends without a limit are always free."""
     found = get_config().rate_limit(channel, account)
     if found is None:
-        return Reservation(True, 0.0)
+        return Reservation(True, 0.0, count)
     bucket, limit = found
     interval = 1.0 / limit.per_second
     client = redis_client()
     if client is None:
-        return _local.reserve(_key(bucket), interval, max_wait)
+        return _local.reserve(_key(bucket), interval, max_wait, count)
 
     def reserve() -> Reservation:
         global _script
         with _script_lock:
             if _script is None:
                 _script = client.register_script(_RESERVE_SCRIPT)
-        args = [int(interval * 1_000_000), int(max_wait * 1_000_000)]
-        reserved, wait_us = _script(keys=[_key(bucket)], args=args, client=client)
-        return Reservation(bool(reserved), int(wait_us) / 1_000_000)
+        args = [int(interval * 1_000_000), int(max_wait * 1_000_000), count]
+        slots, wait_us = _script(keys=[_key(bucket)], args=args, client=client)
+        return Reservation(bool(slots), int(wait_us) / 1_000_000, int(slots) or 1, interval)
 
     def come_back_later() -> Reservation:
         # At least a second: the message goes back through the broker, and Redis is not tried

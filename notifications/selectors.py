@@ -164,15 +164,22 @@ class PendingDelivery:
 
 def notification_pending_delivery(notification_id: Any) -> PendingDelivery | None:
     """The notification ``notification_id`` if it is pending, with its consent inputs, in one query."""
+    return notifications_pending_delivery([notification_id]).get(str(notification_id))
+
+
+def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, PendingDelivery]:
+    """Those of ``notification_ids`` still pending, by id, with their consent inputs, in one query."""
     recipient = Recipient.objects.filter(client_id=OuterRef("client_id"), user_id=OuterRef("user_id"))
-    row = (
-        Notification.objects.filter(pk=notification_id, status__in=PENDING_STATUSES)
+    rows = (
+        Notification.objects.filter(pk__in=notification_ids, status__in=PENDING_STATUSES)
         .annotate(
             recipient_preferences=Subquery(recipient.values("preferences")[:1]),
             recipient_quiet_hours=Subquery(recipient.values("quiet_hours")[:1]),
             recipient_timezone=Subquery(recipient.values("timezone")[:1]),
         )
+        .order_by()
         .values_list(
+            "id",
             "channel",
             "next_attempt_at",
             "category__key",
@@ -182,21 +189,20 @@ def notification_pending_delivery(notification_id: Any) -> PendingDelivery | Non
             "recipient_quiet_hours",
             "recipient_timezone",
         )
-        .first()
     )
-    if row is None:
-        return None
-    channel, next_attempt_at, category_key, critical, default_enabled, preferences, quiet_hours, zone = row
-    return PendingDelivery(
-        channel=channel,
-        next_attempt_at=next_attempt_at,
-        category_key=category_key,
-        critical=bool(critical),
-        default_enabled=bool(default_enabled) if default_enabled is not None else True,
-        preferences=preferences or {},
-        quiet_hours=quiet_hours,
-        timezone=zone or "",
-    )
+    return {
+        str(pk): PendingDelivery(
+            channel=channel,
+            next_attempt_at=next_attempt_at,
+            category_key=category_key,
+            critical=bool(critical),
+            default_enabled=bool(default_enabled) if default_enabled is not None else True,
+            preferences=preferences or {},
+            quiet_hours=quiet_hours,
+            timezone=zone or "",
+        )
+        for pk, channel, next_attempt_at, category_key, critical, default_enabled, preferences, quiet_hours, zone in rows
+    }
 
 
 def table_row_estimate(model: type[models.Model]) -> int | None:

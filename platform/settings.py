@@ -296,6 +296,7 @@ NOTIFICATIONS = {
     "QUEUED_TIMEOUT_SECONDS": env.float("QUEUED_TIMEOUT_SECONDS", default=None),
     "SENDING_TIMEOUT_SECONDS": env.float("SENDING_TIMEOUT_SECONDS", default=None),
     "BROKER_DELAY_MAX_SECONDS": env.float("BROKER_DELAY_MAX_SECONDS", default=None),
+    "DELIVERY_BATCH_SIZE": env.int("DELIVERY_BATCH_SIZE", default=None),
     "RETENTION_DAYS": env.int("RETENTION_DAYS", default=None),
     "WEBHOOK_ALLOW_HOSTS": env.list("WEBHOOK_ALLOW_HOSTS", default=None),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("WEBHOOK_TIMEOUT_SECONDS", default=None),

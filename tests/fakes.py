@@ -239,6 +239,7 @@ class ReceivedMail:
     rcpt_tos: list[str]
     message: EmailMessage
     peer: Any = None  # the client's (host, port): one per SMTP connection
+    received_at: float = field(default_factory=time.monotonic)
 
 
 class _RecordingHandler:

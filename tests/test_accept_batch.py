@@ -28,8 +28,14 @@ def item(n: int, *, key: str | None = None, **fields: str) -> services.BatchItem
     )
 
 
-def ready_messages(broker: dramatiq.Broker, queue: str) -> int:
-    return int(broker.channel.queue_declare(queue=queue, passive=True).method.message_count)
+def drain_message_ids(broker: dramatiq.Broker, queue: str) -> list[tuple[str, ...]]:
+    """Take every ready message off ``queue``; the notification ids each carries."""
+    carried = []
+    while True:
+        _, _, body = broker.channel.basic_get(queue=queue, auto_ack=True)
+        if body is None:
+            return carried
+        carried.append(tuple(dramatiq.Message.decode(body).args))
 
 
 def test_a_batch_is_one_key_read_one_transaction_and_one_publish_with_an_answer_per_item(broker: dramatiq.Broker) -> None:
@@ -65,8 +71,8 @@ def test_a_batch_is_one_key_read_one_transaction_and_one_publish_with_an_answer_
     assert statements.count("INSERT") == 2
     assert Notification.objects.count() == 3
     assert set(IdempotencyKey.objects.values_list("key", flat=True)) == {"batch-0", "batch-1", "batch-3"}
-    # The stored one's message plus the batch's two, the latter in one transaction.
-    assert ready_messages(broker, HIGH_QUEUE) == 3
+    # The stored one's message plus one message carrying the batch's two ids.
+    assert sorted(len(ids) for ids in drain_message_ids(broker, HIGH_QUEUE)) == [1, 2]
 
 
 def test_a_batch_of_a_hundred_is_published_in_one_rabbitmq_transaction(
@@ -88,7 +94,10 @@ def test_a_batch_of_a_hundred_is_published_in_one_rabbitmq_transaction(
     results = services.notification_accept_batch(client=client, items=[item(n) for n in range(100)])
     assert all(isinstance(r, services.AcceptResult) and not r.replayed for r in results)
     assert commits == [1]
-    assert ready_messages(broker, HIGH_QUEUE) == 100
+    # DELIVERY_BATCH_SIZE (50) ids a message: a worker claims each message's ids in one statement.
+    carried = drain_message_ids(broker, HIGH_QUEUE)
+    assert [len(ids) for ids in carried] == [50, 50]
+    assert sorted(i for ids in carried for i in ids) == sorted(r.notification_id for r in results)
     assert Notification.objects.filter(status=Status.QUEUED, enqueued_at__isnull=False).count() == 100
 
 

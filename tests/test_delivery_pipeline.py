@@ -420,16 +420,12 @@ def test_a_worker_killed_mid_send_loses_nothing_and_the_attempt_is_recorded_inte
 def test_a_send_that_ends_after_the_sweeper_recovered_it_leaves_the_new_claim_alone(broker: dramatiq.Broker) -> None:
     client, _ = make_api_client()
     notification = accept_notification(client, to="kim@example.com")
-    claimed = delivery._notification_claim(notification.pk)
-    assert claimed is not None
-    notification, stale = claimed
+    [(notification, stale)] = delivery._notifications_claim([str(notification.pk)])
     # That worker froze past SENDING_TIMEOUT_SECONDS: the sweeper recovers the send and another
     # worker claims it again.
     later = timezone.now() + timedelta(seconds=get_config().sending_timeout_seconds + 1)
     assert services.notification_sweep(now=later).recovered == 1
-    reclaimed = delivery._notification_claim(notification.pk)
-    assert reclaimed is not None
-    _, fresh = reclaimed
+    [(_, fresh)] = delivery._notifications_claim([str(notification.pk)])
     assert fresh.number == 2
 
     # Now the frozen send comes back with its answer; whatever it says, the new claim stands.

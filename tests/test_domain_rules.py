@@ -79,13 +79,14 @@ def test_rate_limit_waits_do_not_spend_the_retries_of_an_unexpected_error(
     broker retries (Dramatiq's Retries middleware counts every exception, Retry included)."""
     calls: list[str] = []
 
-    def deliver(*, notification_id: Any) -> services.DeliveryOutcome:
+    def deliver(*, notification_ids: list[Any]) -> dict[str, services.DeliveryOutcome]:
+        assert notification_ids == ["any-id"]
         calls.append("wait" if len(calls) < 4 else "error")
         if len(calls) <= 4:
-            raise services.SendRateLimited(0.001)
+            raise services.SendRateLimited(0.001, notification_ids=notification_ids)
         raise RuntimeError("the database said something odd")
 
-    monkeypatch.setattr(services, "notification_deliver", deliver)
+    monkeypatch.setattr(services, "notifications_deliver", deliver)
     actors.deliver_notification.send_with_options(args=("any-id",), min_backoff=1, max_backoff=5)
     drain(stub_broker, stub_worker)
 

@@ -170,31 +170,59 @@ class Notification(models.Model):
         return self.next_attempt_at if self.status in PENDING_STATUSES else None
 
     @classmethod
-    def claim_for_delivery(cls, notification_id: Any, *, now: datetime) -> Notification | None:
-        """Take a pending notification for one send, in one ``UPDATE ... RETURNING``: status
-        ``sending``, one more attempt, ``claimed_at = now``; None when another worker won it or it
-        is no longer pending. The row comes back whole with its client's ``client_name`` and
+    def claim_for_delivery(cls, notification_ids: list[Any], *, now: datetime) -> list[Notification]:
+        """Take pending notifications for one send each, in one ``UPDATE ... RETURNING``: status
+        ``sending``, one more attempt, ``claimed_at = now``; those another worker won, or no longer
+        pending, are not returned. Each row comes back whole with its client's ``client_name`` and
         ``client_webhook_secret`` and ``last_attempt_number`` (attempt numbers keep counting across
-        redrives, which reset ``attempt_count``), so the send needs no read of its own."""
+        redrives, which reset ``attempt_count``), so the send needs no read of its own.
+
+        Several ids on PostgreSQL lock with ``FOR UPDATE SKIP LOCKED``: a row another transaction
+        holds (another worker's claim of a duplicate message, a cancel) is left to it, and two
+        batches can never wait on each other. One id waits for the lock, then sees the outcome."""
         sources = sorted(PENDING_STATUSES)  # each may move to sending (TRANSITIONS)
         quote = connection.ops.quote_name
         table, clients = quote(cls._meta.db_table), quote(ApiClient._meta.db_table)
         attempts = quote(DeliveryAttempt._meta.db_table)
         columns = ", ".join(f"{table}.{quote(str(field.column))}" for field in cls._meta.concrete_fields)
+        ids = [cls._meta.pk.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]  # type: ignore[union-attr]
+        marks, status_marks = ", ".join(["%s"] * len(ids)), ", ".join(["%s"] * len(sources))
+        wanted = f"{table}.id IN ({marks}) AND {table}.status IN ({status_marks})"
+        if len(ids) > 1 and connection.vendor == "postgresql":
+            wanted = f"{table}.id IN (SELECT id FROM {table} WHERE {wanted} ORDER BY id FOR UPDATE SKIP LOCKED)"
         # The client's fields as subqueries, not UPDATE ... FROM: SQLite cannot return the FROM
         # table's columns, and this runs on the embedded default too.
         sql = (
             f"UPDATE {table} SET status = %s, claimed_at = %s, updated_at = %s, attempt_count = attempt_count + 1 "
-            f"WHERE {table}.id = %s AND {table}.status IN (%s, %s, %s) "
+            f"WHERE {wanted} "
             f"RETURNING {columns}, "
             f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
             f"(SELECT c.webhook_secret FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secret, "
             f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempts} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
         )
         stamp = connection.ops.adapt_datetimefield_value(now)
-        pk = cls._meta.pk.get_db_prep_value(uuid.UUID(str(notification_id)), connection)  # type: ignore[union-attr]
-        claimed = list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, pk, *sources]))
-        return claimed[0] if claimed else None
+        return list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, *ids, *sources]))
+
+    @classmethod
+    def deliveries_finish(cls, provider_message_ids: dict[Any, str], *, claimed_at: datetime, delivered_at: datetime) -> int:
+        """Mark delivered, in one conditional UPDATE, the notifications of ``provider_message_ids``
+        (id -> the provider's message id) still in the claim made at ``claimed_at``; returns how
+        many. One whose claim the sweeper recovered meanwhile keeps its newer state."""
+        message_id = models.Case(
+            *(models.When(pk=pk, then=models.Value(value[:255])) for pk, value in provider_message_ids.items()),
+            output_field=models.CharField(),
+        )
+        return int(
+            cls.objects.filter(
+                pk__in=list(provider_message_ids), status__in=sources_of(Status.DELIVERED), claimed_at=claimed_at
+            ).update(
+                status=Status.DELIVERED,
+                delivered_at=delivered_at,
+                updated_at=django_timezone.now(),
+                provider_message_id=message_id,
+                last_error="",
+            )
+        )
 
 
 class AttemptOutcome(models.TextChoices):

@@ -33,7 +33,7 @@ from .clients import (
     recipient_upsert,
 )
 from .dead_letters import RedriveResult, dead_letter_discard, dead_letter_record_event, dead_letter_redrive, dead_letter_republish
-from .delivery import DeliveryOutcome, SendRateLimited, notification_deliver
+from .delivery import DeliveryOutcome, SendRateLimited, notification_deliver, notifications_deliver
 from .event_intake import EventIntake, event_notification_accept
 from .outbox import delivery_message_send, notification_enqueue
 from .outcomes import retry_delay_seconds
@@ -81,6 +81,7 @@ __all__ = [
     "notification_accept_batch",
     "notification_cancel",
     "notification_deliver",
+    "notifications_deliver",
     "notification_enqueue",
     "notification_purge",
     "notification_sweep",

@@ -7,11 +7,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import dramatiq
 from django.db import transaction
 from django.utils import timezone
 
-from ..broker_batch import messages_publish
 from ..errors import IdempotencyConflict, NotificationError
 from ..models import ApiClient, IdempotencyKey, Notification
 from ..sql import insert_rows_or_nothing
@@ -23,7 +21,7 @@ from .accept import (
     idempotency_replay,
     notification_build,
 )
-from .outbox import delivery_message, notification_enqueued_state, notification_publish
+from .outbox import delivery_message_send, notification_enqueued_state, notification_publish
 
 logger = logging.getLogger("notifications.services")
 
@@ -120,9 +118,9 @@ def _publish(pending: list[tuple[Notification, float]]) -> None:
             notification_publish(notification=notification, delay_seconds=delay)
     if not due:
         return
-    messages = [delivery_message(notification_id=str(n.pk), priority=n.priority) for n in due]
     try:
-        messages_publish(dramatiq.get_broker(), messages)
+        for priority in sorted({n.priority for n in due}):
+            delivery_message_send(notification_ids=[str(n.pk) for n in due if n.priority == priority], priority=priority)
     except Exception:
         logger.warning("could not enqueue a batch of %d notifications; the sweeper will retry", len(due), exc_info=True)
         Notification.objects.filter(pk__in=[n.pk for n in due], enqueued_at__isnull=False).update(enqueued_at=None)

@@ -1,17 +1,25 @@
-"""Delivering one notification: take a send slot, claim the row, call the provider."""
+"""Delivering notifications: take send slots, claim the rows, call the provider, record.
+
+One notification or a batch (a message carries the ids enqueued together, services/outbox.py)
+go the same way, in chunks: one query reads what consent needs, one ``UPDATE ... RETURNING``
+(with the attempts' insert) claims a chunk, each notification is sent on its own (its own
+attempt row, rate-limit slot and span), and one transaction records the chunk's deliveries.
+A failed send is recorded on its own at once (outcomes.py): its retry or dead letter is its own.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from .. import metrics, tracing
-from ..channels import OutgoingMessage, channel_spec
+from ..channels import OutgoingMessage, SendResult, channel_spec
 from ..channels.providers import get_provider, provider_account
 from ..conf import get_config
 from ..errors import (
@@ -19,20 +27,41 @@ from ..errors import (
     TransientChannelError,
 )
 from ..models import AttemptOutcome, DeliveryAttempt, Notification, Status
-from ..ratelimit import wait_for_send_slot
-from ..selectors import notification_pending_delivery
+from ..ratelimit import Reservation, reserve_send_slot
+from ..selectors import PendingDelivery, notifications_pending_delivery
 from .consent import consent_before_send
-from .outcomes import DeliveryOutcome, attempt_finish, claim_finish, record_permanent_failure, record_transient_failure
+from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
 
 logger = logging.getLogger("notifications.services")
 
+# A batch is claimed a chunk at a time, sized so a chunk's sends take about this long: rows are
+# not held in ``sending`` for long, and a slow provider (a webhook at its timeout) cannot keep a
+# whole batch past the actor's time limit. The first chunk is small, the next ones follow the
+# measured send time.
+CHUNK_SECONDS = 2.0
+FIRST_CHUNK = 5
+# Past this, what is left of a batch goes back on the queue (well inside the 120 s time limit).
+BATCH_SECONDS = 60.0
+
 
 class SendRateLimited(Exception):
-    """The channel's shared rate limit says: not now. Not an attempt (a provider's 429 is one)."""
+    """The channel's shared rate limit says: not now. Not an attempt (a provider's 429 is one).
+    ``notification_ids``: those of the message that found no slot, to come back with."""
 
-    def __init__(self, retry_after: float):
+    def __init__(self, retry_after: float, *, notification_ids: list[str] | None = None):
         super().__init__(f"rate limited; retry in {retry_after:.3f}s")
         self.retry_after = retry_after
+        self.notification_ids = list(notification_ids or [])
+
+
+@dataclass
+class _Sent:
+    """A send the provider took, not yet recorded."""
+
+    notification: Notification
+    attempt: DeliveryAttempt
+    result: SendResult
+    seconds: float
 
 
 def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
@@ -44,48 +73,110 @@ def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     spending its retries (see actors). A wait longer than BROKER_DELAY_MAX_SECONDS is held in the
     row instead, for the sweeper, like any long wait.
     """
+    return notifications_deliver(notification_ids=[notification_id])[str(notification_id)]
+
+
+def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryOutcome]:
+    """Deliver those of ``notification_ids`` still pending and due; their outcomes by id. Raises
+    SendRateLimited, after everything else is recorded, with the ids that found no send slot."""
+    ids = list(dict.fromkeys(str(pk) for pk in notification_ids))
+    outcomes = dict.fromkeys(ids, DeliveryOutcome("skipped"))
     # The pending check also reads what consent depends on now, in the same one query.
-    pending = notification_pending_delivery(notification_id)
-    if pending is None:
-        return DeliveryOutcome("skipped")
-    channel, next_attempt_at, now = pending.channel, pending.next_attempt_at, timezone.now()
-    if next_attempt_at and next_attempt_at > now + timedelta(seconds=1):
-        # An early duplicate hint; the row's own schedule (and the sweeper) decides when.
-        return DeliveryOutcome("skipped")
-    # Suppressed (a preference changed since accept) or held (quiet hours began): no slot, no claim.
-    withheld = consent_before_send(notification_id=notification_id, pending=pending, now=now)
-    if withheld is not None:
-        return withheld
-    reservation = wait_for_send_slot(channel_spec(channel).rate_limit_bucket, account=provider_account(channel))
+    pending, now = notifications_pending_delivery(ids), timezone.now()
+    by_channel: dict[str, list[str]] = {}
+    for pk in ids:
+        found = pending.get(pk)
+        if found is None:
+            continue
+        if found.next_attempt_at and found.next_attempt_at > now + timedelta(seconds=1):
+            continue  # an early duplicate hint; the row's own schedule (and the sweeper) decides when
+        # Suppressed (a preference changed since accept) or held (quiet hours began): no slot, no claim.
+        withheld = consent_before_send(notification_id=pk, pending=found, now=now)
+        if withheld is not None:
+            outcomes[pk] = withheld
+            continue
+        by_channel.setdefault(found.channel, []).append(pk)
+    come_back: list[str] = []
+    retry_after = 0.0
+    started = time.monotonic()
+    for channel, waiting in by_channel.items():
+        chunk = 1 if len(waiting) == 1 else FIRST_CHUNK
+        while waiting:
+            if time.monotonic() - started > BATCH_SECONDS:
+                come_back += waiting
+                retry_after = max(retry_after, 0.001)
+                break
+            taken, waiting = waiting[:chunk], waiting[chunk:]
+            chunk_started = time.monotonic()
+            left, wait = _chunk_deliver(channel, taken, outcomes, pending)
+            if left:
+                come_back += left + waiting
+                retry_after = max(retry_after, wait)
+                break
+            per_send = (time.monotonic() - chunk_started) / len(taken)
+            chunk = max(1, min(get_config().delivery_batch_size, int(CHUNK_SECONDS / max(per_send, 1e-4))))
+    if come_back:
+        raise SendRateLimited(retry_after, notification_ids=come_back)
+    return outcomes
+
+
+def _chunk_deliver(
+    channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], pending: dict[str, PendingDelivery]
+) -> tuple[list[str], float]:
+    """Slots, claim, sends and records of one chunk of a channel; returns the ids that found no
+    slot and when to come back for them."""
+    reservation = reserve_send_slot(channel_spec(channel).rate_limit_bucket, account=provider_account(channel), count=len(ids))
     if not reservation.reserved:
         metrics.record_rate_limited(channel=channel)
         if reservation.wait_seconds > get_config().broker_delay_max_seconds:
             # As a delayed message it would sit unacked in the worker that long, past RabbitMQ's
             # consumer timeout for a slow limit (10/m in tests/test_faults.py, 1/h in production):
             # the channel is closed and every unacked message on it comes back.
-            Notification.hold(notification_id, until=now + timedelta(seconds=reservation.wait_seconds))
-            return DeliveryOutcome("held")
-        raise SendRateLimited(reservation.wait_seconds)
-    claimed = _notification_claim(notification_id)
-    if claimed is None:
-        return DeliveryOutcome("skipped")
-    return _notification_send(*claimed)
+            until = timezone.now() + timedelta(seconds=reservation.wait_seconds)
+            for pk in ids:
+                Notification.hold(pk, until=until)
+                outcomes[pk] = DeliveryOutcome("held")
+            return [], 0.0
+        return ids, reservation.wait_seconds
+    slotted, left = ids[: reservation.slots], ids[reservation.slots :]
+    reserved_at = time.monotonic()
+    sent: list[_Sent] = []
+    for index, (notification, attempt) in enumerate(_notifications_claim(slotted)):
+        pause = reserved_at + reservation.slot_wait(index) - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        result = _notification_send(notification, attempt)
+        if isinstance(result, _Sent):
+            sent.append(result)
+        else:
+            outcomes[str(notification.pk)] = result
+    outcomes.update(_deliveries_record(sent))
+    return left, _come_back_after(reservation, left)
 
 
-def _notification_claim(notification_id: Any) -> tuple[Notification, DeliveryAttempt] | None:
-    """Atomically take the notification for this worker; None when another worker got it first."""
+def _come_back_after(reservation: Reservation, left: list[str]) -> float:
+    # The slot after the reserved ones was further away than the one second a caller waits.
+    return max(0.001, reservation.slot_wait(reservation.slots) - 1.0) if left else 0.0
+
+
+def _notifications_claim(ids: list[str]) -> list[tuple[Notification, DeliveryAttempt]]:
+    """Atomically take the notifications for this worker; those another worker got are left out."""
     now = timezone.now()
     with transaction.atomic():
-        notification = Notification.claim_for_delivery(notification_id, now=now)
-        if notification is None:
-            return None
-        attempt = DeliveryAttempt.objects.create(
-            notification=notification, number=notification.last_attempt_number + 1, started_at=now
+        notifications = Notification.claim_for_delivery(ids, now=now)
+        if not notifications:
+            return []
+        # Sent in the order they were enqueued in (RETURNING has none of its own).
+        position = {pk: index for index, pk in enumerate(ids)}
+        notifications.sort(key=lambda n: position[str(n.pk)])
+        attempts = DeliveryAttempt.objects.bulk_create(
+            DeliveryAttempt(notification=n, number=n.last_attempt_number + 1, started_at=now) for n in notifications
         )
-    return notification, attempt
+    return list(zip(notifications, attempts, strict=True))
 
 
-def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> DeliveryOutcome:
+def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> _Sent | DeliveryOutcome:
+    """Call the provider; a failure is recorded here and now, a success is returned to record."""
     message = OutgoingMessage(
         notification_id=str(notification.pk),
         channel=notification.channel,
@@ -115,28 +206,52 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
             tracing.record_outcome(span, "transient_error")
             return record_transient_failure(notification, attempt, exc, started)
         tracing.record_outcome(span, "delivered")
+    return _Sent(notification, attempt, result, time.monotonic() - started)
+
+
+def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
+    """Record the deliveries of one chunk in one transaction: the attempts in one UPDATE, the
+    notifications in another (each still in the claim it was sent under)."""
+    if not sent:
+        return {}
     now = timezone.now()
+    for item in sent:
+        attempt = item.attempt
+        attempt.outcome = AttemptOutcome.DELIVERED
+        attempt.finished_at = now
+        attempt.duration_ms = int(item.seconds * 1000)
+        attempt.provider_response = item.result.response_summary[:2000]
+    claims: dict[datetime, dict[Any, str]] = {}
+    for item in sent:
+        claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
     with transaction.atomic():
-        attempt_finish(attempt, AttemptOutcome.DELIVERED, started=started, response=result.response_summary)
-        current = claim_finish(
-            notification.pk,
-            claimed_at=attempt.started_at,
-            to=Status.DELIVERED,
-            delivered_at=now,
-            provider_message_id=result.provider_message_id[:255],
-            last_error="",
+        DeliveryAttempt.objects.bulk_update(
+            [item.attempt for item in sent], ["outcome", "finished_at", "duration_ms", "provider_response"]
         )
-    if not current:
-        # The provider took it, but only after the sweeper had given this send up for lost: the
-        # attempt says delivered, the notification follows its newer claim (it may go twice).
-        logger.warning(
-            "notification %s was delivered after its claim was recovered; it may be sent again",
-            notification.pk,
-            extra={"notification_id": str(notification.pk)},
-        )
-        return DeliveryOutcome("skipped", attempt.number)
-    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
-    logger.info(
-        "delivered notification %s on %s", notification.pk, notification.channel, extra={"notification_id": str(notification.pk)}
-    )
-    return DeliveryOutcome("delivered", attempt.number)
+        finished = sum(Notification.deliveries_finish(ids, claimed_at=at, delivered_at=now) for at, ids in claims.items())
+        lost = _claims_lost([item.notification.pk for item in sent], now=now) if finished < len(sent) else set()
+    outcomes: dict[str, DeliveryOutcome] = {}
+    for item in sent:
+        notification, pk = item.notification, str(item.notification.pk)
+        metrics.record_attempt(channel=notification.channel, outcome=AttemptOutcome.DELIVERED, seconds=item.seconds)
+        if pk in lost:
+            # The provider took it, but only after the sweeper had given this send up for lost:
+            # the attempt says delivered, the notification follows its newer claim (it may go twice).
+            logger.warning(
+                "notification %s was delivered after its claim was recovered; it may be sent again",
+                pk,
+                extra={"notification_id": pk},
+            )
+            outcomes[pk] = DeliveryOutcome("skipped", item.attempt.number)
+            continue
+        metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
+        logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
+        outcomes[pk] = DeliveryOutcome("delivered", item.attempt.number)
+    return outcomes
+
+
+def _claims_lost(ids: list[Any], *, now: datetime) -> set[str]:
+    """Of the notifications just marked delivered at ``now``, those that were not (rare: their
+    claim was recovered by the sweeper before the send came back)."""
+    kept = Notification.objects.filter(pk__in=ids, status=Status.DELIVERED, delivered_at=now).values_list("pk", flat=True)
+    return {str(pk) for pk in ids} - {str(pk) for pk in kept}

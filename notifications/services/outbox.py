@@ -9,6 +9,7 @@ from typing import Any
 import dramatiq
 from django.utils import timezone
 
+from ..broker_batch import messages_publish
 from ..conf import delivery_route, get_config
 from ..models import (
     Notification,
@@ -19,19 +20,29 @@ logger = logging.getLogger("notifications.services")
 
 
 def delivery_message_send(*, notification_ids: list[str], priority: str, delay_seconds: float = 0.0) -> None:
-    """Publish a delivery message for each id to its priority's queue, addressed to the delivery
-    actor by name (services never import the actors; ``conf`` names the queues and actors)."""
+    """Publish delivery messages for ``notification_ids`` to their priority's queue, addressed to
+    the delivery actor by name (services never import the actors; ``conf`` names the queues and
+    actors). Ids sent together travel together: DELIVERY_BATCH_SIZE to a message, so a worker
+    claims and records them in one statement each; several messages go in one AMQP transaction."""
     broker = dramatiq.get_broker()
+    size = get_config().delivery_batch_size
+    messages = [
+        delivery_message(notification_ids=notification_ids[start : start + size], priority=priority)
+        for start in range(0, len(notification_ids), size)
+    ]
     delay_ms = int(delay_seconds * 1000) or None
-    for notification_id in notification_ids:
-        broker.enqueue(delivery_message(notification_id=notification_id, priority=priority), delay=delay_ms)
+    if len(messages) > 1 and delay_ms is None:
+        messages_publish(broker, messages)
+        return
+    for message in messages:
+        broker.enqueue(message, delay=delay_ms)
 
 
-def delivery_message(*, notification_id: str, priority: str) -> dramatiq.Message[Any]:
-    """The delivery message of one notification, on its priority's queue, for its actor by name."""
+def delivery_message(*, notification_ids: list[str], priority: str) -> dramatiq.Message[Any]:
+    """The delivery message of some notifications, on their priority's queue, for its actor by name."""
     route = delivery_route(priority)
     return dramatiq.Message(
-        queue_name=route.queue_name, actor_name=route.actor_name, args=(notification_id,), kwargs={}, options={}
+        queue_name=route.queue_name, actor_name=route.actor_name, args=tuple(notification_ids), kwargs={}, options={}
     )
 
 
