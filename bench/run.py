@@ -10,7 +10,8 @@ ratio (the VM is small, shared and noisy):
 5. API and admin list pages with 1M notifications, and their plans     bench/list_scale.py
 6. one process against two (gunicorn --workers, rundramatiq --processes), from 1 and 2
 7. rate-limit accuracy                                                 bench/rate_limit.py
-8. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+8. a broadcast's fan-out (time, peak memory) and delivery against a drain   bench/broadcast.py
+9. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
 
 The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
 afterwards; every process it starts is stopped when its part ends, whatever happened.
@@ -33,7 +34,7 @@ from bench import machine, report  # noqa: E402
 from bench.harness import LOG_DIR, ROOT, bench_resources, log, require_tool, setup_django  # noqa: E402
 from bench.profiling import py_spy  # noqa: E402
 
-PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale")
+PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast")
 
 
 def options() -> argparse.Namespace:
@@ -51,6 +52,8 @@ def options() -> argparse.Namespace:
     add("--page-requests", type=int, default=20, help="Timed requests of each list page.")
     add("--limit", type=int, default=50, help="Email sends per second for the rate-limit accuracy run.")
     add("--backlog", type=int, default=600, help="Notifications queued for the rate-limit accuracy run.")
+    add("--subscribers", default="10000,100000", help="Comma-separated broadcast sizes whose fan-out is timed.")
+    add("--broadcast-deliveries", type=int, default=5000, help="Subscribers of the broadcast whose delivery rate is measured.")
     add("--only", default=",".join(PARTS), help=f"Comma-separated parts to run, of: {','.join(PARTS)}.")
     add("--profile", action="store_true", help="Also profile a worker and the web process with py-spy.")
     add("--output", type=Path, default=None, help="Where to write the results (default: bench/RESULTS.md for a full run).")
@@ -79,10 +82,10 @@ def main() -> None:
     started = time.monotonic()
     with bench_resources():
         setup_django()
-        run_parts(args, parts, results)
+        extra = run_parts(args, parts, results)
     results.seconds = time.monotonic() - started
     results.load_after = machine.load_average()
-    text = report.render(results)
+    text = report.render(results) + "".join(f"\n{line}" for line in extra) + ("\n" if extra else "")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     print(text)
@@ -110,8 +113,11 @@ def _command() -> str:
     return " ".join(["python bench/run.py", *given])
 
 
-def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results) -> None:
-    from bench import accept_http, drain, end_to_end, list_scale, post_office_drain, profiling, rate_limit, raw_pika
+def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results) -> list[str]:
+    """Run the parts; returns the lines of the sections report.py does not render (broadcasts)."""
+    from bench import accept_http, broadcast, drain, end_to_end, list_scale, post_office_drain, profiling, rate_limit, raw_pika
+
+    extra: list[str] = []
 
     if "drain" in parts:
         for consumers in (1, 2):
@@ -149,6 +155,10 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
             profiling.profile_web(duration=min(args.duration, 10), threads=args.threads, connections=args.connections)
         )
         results.profiles.append(profiling.profile_worker(count=args.messages))
+    if "broadcast" in parts:
+        sizes = [int(size) for size in args.subscribers.split(",")]
+        extra += ["", *broadcast.section(broadcast.broadcast_bench(sizes=sizes, deliveries=args.broadcast_deliveries))]
+    return extra
 
 
 if __name__ == "__main__":

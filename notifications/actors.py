@@ -8,7 +8,7 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage
 
 from . import services
-from .conf import DELIVERY_ROUTES
+from .conf import BROADCAST_FAN_OUT_ROUTE, DELIVERY_ROUTES, DIGEST_CLOSE_ROUTE, STATUS_EVENT_ROUTE
 
 # Unexpected errors (the database briefly gone, say) get a few broker retries; the row's state
 # lets the sweeper pick the notification up again after that in any case. Our delivery retries
@@ -58,3 +58,19 @@ def deliver_notification(*notification_ids: str) -> None:
 )
 def deliver_bulk_notification(*notification_ids: str) -> None:
     _deliver(notification_ids)
+
+
+@dramatiq.actor(actor_name=STATUS_EVENT_ROUTE.actor_name, queue_name=STATUS_EVENT_ROUTE.queue_name, **_ACTOR_OPTIONS)
+def deliver_status_event(event_id: str) -> None:
+    services.status_event_deliver(event_id=event_id)
+
+
+# A fan-out runs in slices (services/broadcasts.py FAN_OUT_SLICE_SECONDS) well within the time limit.
+@dramatiq.actor(actor_name=BROADCAST_FAN_OUT_ROUTE.actor_name, queue_name=BROADCAST_FAN_OUT_ROUTE.queue_name, **_ACTOR_OPTIONS)
+def fan_out_broadcast(broadcast_id: str) -> None:
+    services.broadcast_fan_out(broadcast_id=broadcast_id)
+
+
+@dramatiq.actor(actor_name=DIGEST_CLOSE_ROUTE.actor_name, queue_name=DIGEST_CLOSE_ROUTE.queue_name, **_ACTOR_OPTIONS)
+def close_digest(digest_id: str) -> None:
+    services.digest_close(digest_id=digest_id)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,20 @@ def delivery_route(priority: str) -> DeliveryRoute:
     return DELIVERY_ROUTES.get(priority, DELIVERY_ROUTES["high"])
 
 
+# Status events (a client's status webhooks) have a queue of their own, so a backlog of bulk sends
+# never delays them, nor they a send.
+STATUS_EVENT_QUEUE = "notifications.status"
+STATUS_EVENT_ROUTE = DeliveryRoute(STATUS_EVENT_QUEUE, "deliver_status_event")
+
+# A broadcast's fan-out (making its notifications, batch by batch) has a queue of its own: a long
+# fan-out never sits in front of a send, and the sends it makes start while it goes on.
+BROADCAST_QUEUE = "notifications.broadcasts"
+BROADCAST_FAN_OUT_ROUTE = DeliveryRoute(BROADCAST_QUEUE, "fan_out_broadcast")
+
+# A digest's close at its window's end: short work, on the high queue every worker consumes.
+DIGEST_CLOSE_ROUTE = DeliveryRoute(HIGH_QUEUE, "close_digest")
+
+
 # ``channel=N/s`` for the whole channel, or ``channel:account=N/s`` for one provider account (a
 # Twilio account SID, an FCM project id, an SMTP login), which then has a bucket of its own.
 _RATE_RE = re.compile(
@@ -67,9 +83,16 @@ DEFAULTS: dict[str, Any] = {
     # Ids a delivery message carries when work arrives together (a batch accept, a broadcast, a
     # sweep): the worker claims and records them in one statement each.
     "DELIVERY_BATCH_SIZE": 50,
+    # Notifications a broadcast's fan-out makes per transaction (one multi-row INSERT, one publish).
+    "BROADCAST_BATCH_SIZE": 500,
+    # A fan-out whose heartbeat is older than this is taken to be dead and enqueued again by the sweeper.
+    "BROADCAST_STALE_SECONDS": 60.0,
     "RETENTION_DAYS": 30,
     "WEBHOOK_ALLOW_HOSTS": [],
     "WEBHOOK_TIMEOUT_SECONDS": 10.0,
+    # base_seconds:cap_seconds:max_attempts of a status event's posts to its client's
+    # status_webhook_url: about an hour and a half of tries before it is dead.
+    "STATUS_WEBHOOK_RETRY_POLICY": "10:1800:8",
     "PROVIDERS": {},
     "TWILIO_API_BASE": "https://api.twilio.com",
     "TWILIO_ACCOUNT_SID": "",
@@ -78,7 +101,16 @@ DEFAULTS: dict[str, Any] = {
     "FCM_API_BASE": "https://fcm.googleapis.com",
     "FCM_PROJECT_ID": "",
     "FCM_ACCESS_TOKEN": "",
+    # Verifies Mailgun's event webhooks (HMAC-SHA256 of timestamp + token); unset, every event is refused.
+    "MAILGUN_WEBHOOK_SIGNING_KEY": "",
     "PROVIDER_TIMEOUT_SECONDS": 10.0,
+    # Provider failover: backup accounts tried after the primary (TWILIO_*, EMAIL_HOST...) while
+    # its circuit is open, as JSON lists (see parse_failover_accounts); and the circuit breaker.
+    "SMS_FAILOVER_ACCOUNTS": "",
+    "EMAIL_FAILOVER_ACCOUNTS": "",
+    "PROVIDER_CIRCUIT_FAILURES": 5,
+    "PROVIDER_CIRCUIT_WINDOW_SECONDS": 60.0,
+    "PROVIDER_CIRCUIT_COOLDOWN_SECONDS": 30.0,
     "EVENTS_API_CLIENT": "events",
     "EVENTS_EXCHANGE": "orders",
     "EVENTS_QUEUE": "notifications",
@@ -98,6 +130,7 @@ DEFAULTS: dict[str, Any] = {
     "PUBLIC_BASE_URL": "http://127.0.0.1:8000",
     # Failed API token authentications one client address may make before it is answered 429.
     "API_AUTH_FAILURE_RATE": "20/min",
+    "API_TOKEN_CACHE_SECONDS": 5.0,
 }
 ENVIRONMENT_NAMES = {"RATE_LIMITS": "NOTIFICATIONS_RATE_LIMITS", "RETRY_POLICIES": "NOTIFICATIONS_RETRY_POLICIES"}
 
@@ -119,6 +152,13 @@ class RetryPolicy:
     base_seconds: float
     cap_seconds: float
     max_attempts: int
+
+    def delay_seconds(self, attempt_number: int, retry_after: float | None = None) -> float:
+        """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^(n-1))), and never
+        sooner than a server's Retry-After, itself capped by the cap (a Retry-After of a day must
+        not park a retry for a day)."""
+        ceiling = min(self.cap_seconds, self.base_seconds * (2 ** max(0, attempt_number - 1)))
+        return max(random.uniform(0, ceiling), min(retry_after or 0.0, self.cap_seconds))
 
 
 @dataclass(frozen=True)
@@ -151,9 +191,12 @@ class NotificationsConfig:
     sending_timeout_seconds: float
     broker_delay_max_seconds: float
     delivery_batch_size: int
+    broadcast_batch_size: int
+    broadcast_stale_seconds: float
     retention_days: int
     webhook_allow_hosts: tuple[str, ...]
     webhook_timeout_seconds: float
+    status_webhook_retry_policy: RetryPolicy
     providers: dict[str, str]
     provider_timeout_seconds: float
     events_api_client: str
@@ -168,6 +211,14 @@ class NotificationsConfig:
     fcm_project_id: str
     fcm_access_token: str = field(repr=False)
     api_auth_failure_rate: str
+    api_token_cache_seconds: float
+    # PUBLIC_BASE_URL when it is set, else "": providers are then given no status callback URL
+    # (the default, a loopback address, is one no provider could reach).
+    provider_callback_base_url: str
+    mailgun_webhook_signing_key: str = field(repr=False)
+    # Backup provider accounts by channel, in order (the primary is not listed); and the breaker.
+    failover_accounts: dict[str, tuple[FailoverAccount, ...]] = field(default_factory=dict, repr=False)
+    circuit: CircuitPolicy = field(default_factory=lambda: CircuitPolicy(5, 60.0, 30.0))
 
     def retry_policy(self, channel: str) -> RetryPolicy:
         return self.retry_policies.get(channel, self.default_retry_policy)
@@ -205,6 +256,70 @@ def parse_rate_limits(value: str) -> dict[str, RateLimit]:
     return limits
 
 
+@dataclass(frozen=True)
+class CircuitPolicy:
+    """A provider account's circuit opens after ``failures`` transient failures in a row within
+    ``window_seconds``, and lets one probe through ``cooldown_seconds`` after it opened."""
+
+    failures: int
+    window_seconds: float
+    cooldown_seconds: float
+
+
+@dataclass(frozen=True)
+class FailoverAccount:
+    """A backup provider account: its name (metrics, attempts, ``channel:account`` rate limits)
+    and the settings its provider is built with instead of the primary's."""
+
+    name: str
+    settings: dict[str, Any] = field(repr=False)
+
+
+# The keys each channel's backup account takes: required, then optional with their types.
+_FAILOVER_KEYS: dict[str, tuple[dict[str, type], dict[str, type]]] = {
+    "sms": ({"account_sid": str, "auth_token": str}, {"from_number": str, "api_base": str}),
+    "email": ({"host": str}, {"port": int, "username": str, "password": str, "use_tls": bool, "use_ssl": bool}),
+}
+
+
+def parse_failover_accounts(value: Any, *, variable: str, channel: str) -> tuple[FailoverAccount, ...]:
+    """Parse a JSON list of backup accounts, e.g. SMS_FAILOVER_ACCOUNTS='[{"account_sid": "AC..",
+    "auth_token": "..", "from_number": "+1.."}]' or EMAIL_FAILOVER_ACCOUNTS='[{"host":
+    "smtp2.example.com", "port": 587, "username": "..", "password": "..", "use_tls": true}]'."""
+    required, optional = _FAILOVER_KEYS[channel]
+    try:
+        items = json.loads(value) if isinstance(value, str) else value
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{variable}: not JSON ({exc}); give a list of objects") from None
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ImproperlyConfigured(f"{variable}: give a JSON list of objects, one per backup account")
+    accounts: list[FailoverAccount] = []
+    for number, item in enumerate(items, start=1):
+        known = {**required, **optional}
+        unknown = sorted(set(item) - set(known))
+        missing = sorted(set(required) - {key for key in item if item[key]})
+        if unknown or missing:
+            raise ImproperlyConfigured(
+                f"{variable}: account {number} "
+                + (f"has unknown key(s) {', '.join(unknown)}" if unknown else f"lacks {', '.join(missing)}")
+                + f"; keys are {', '.join(known)} ({', '.join(required)} required)"
+            )
+        for key, kind in known.items():
+            if key in item and not (isinstance(item[key], kind) and (kind is bool or not isinstance(item[key], bool))):
+                raise ImproperlyConfigured(f"{variable}: account {number}'s {key} must be a {kind.__name__}")
+        if channel == "sms":
+            name = str(item["account_sid"])
+        else:
+            # The relay is part of the name: an SMTP login alone is often shared (SendGrid's is
+            # "apikey" for every account), and two accounts of one name would share one circuit.
+            relay = f"{item['host']}:{item.get('port', 25)}"
+            name = f"{item['username']}@{relay}" if item.get("username") else relay
+        if any(account.name == name for account in accounts):
+            raise ImproperlyConfigured(f"{variable}: account {name!r} is listed twice")
+        accounts.append(FailoverAccount(name=name, settings=dict(item)))
+    return tuple(accounts)
+
+
 def parse_retry_policies(value: str) -> dict[str, RetryPolicy]:
     """Parse ``"sms=2:60:3,webhook=10:600:8"`` as channel=base_seconds:cap_seconds:max_attempts."""
     policies: dict[str, RetryPolicy] = {}
@@ -224,6 +339,21 @@ def parse_retry_policies(value: str) -> dict[str, RetryPolicy]:
             ) from None
         policies[channel.strip()] = policy
     return policies
+
+
+def _retry_policy(raw: dict[str, Any], key: str) -> RetryPolicy:
+    """``base_seconds:cap_seconds:max_attempts``, e.g. ``10:1800:8``."""
+    try:
+        base, cap, attempts = str(raw[key]).split(":")
+        policy = RetryPolicy(float(base), float(cap), int(attempts))
+        if not (0 < policy.base_seconds <= policy.cap_seconds) or policy.max_attempts < 1:
+            raise ValueError
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{key}: {raw[key]!r} is not base_seconds:cap_seconds:max_attempts with 0 < base <= cap and at least "
+            "one attempt, e.g. '10:1800:8'"
+        ) from None
+    return policy
 
 
 def _at_least(raw: dict[str, Any], key: str, minimum: float, kind: type = float) -> Any:
@@ -267,9 +397,12 @@ def get_config() -> NotificationsConfig:
         sending_timeout_seconds=_at_least(raw, "SENDING_TIMEOUT_SECONDS", 1, float),
         broker_delay_max_seconds=_at_least(raw, "BROKER_DELAY_MAX_SECONDS", 0, float),
         delivery_batch_size=_at_least(raw, "DELIVERY_BATCH_SIZE", 1, int),
+        broadcast_batch_size=_broadcast_batch_size(raw),
+        broadcast_stale_seconds=_at_least(raw, "BROADCAST_STALE_SECONDS", 1, float),
         retention_days=_at_least(raw, "RETENTION_DAYS", 1, int),
         webhook_allow_hosts=tuple(h.strip().lower() for h in raw["WEBHOOK_ALLOW_HOSTS"] if h.strip()),
         webhook_timeout_seconds=_at_least(raw, "WEBHOOK_TIMEOUT_SECONDS", 0.1, float),
+        status_webhook_retry_policy=_retry_policy(raw, "STATUS_WEBHOOK_RETRY_POLICY"),
         providers={name: (raw["PROVIDERS"] or {}).get(name) or spec.default_provider for name, spec in CHANNELS.items()},
         provider_timeout_seconds=_at_least(raw, "PROVIDER_TIMEOUT_SECONDS", 0.1, float),
         events_api_client=str(raw["EVENTS_API_CLIENT"]),
@@ -284,7 +417,28 @@ def get_config() -> NotificationsConfig:
         fcm_project_id=str(raw["FCM_PROJECT_ID"]),
         fcm_access_token=str(raw["FCM_ACCESS_TOKEN"]),
         api_auth_failure_rate=_throttle_rate(raw, "API_AUTH_FAILURE_RATE"),
+        api_token_cache_seconds=_at_least(raw, "API_TOKEN_CACHE_SECONDS", 0, float),
+        provider_callback_base_url=_public_base_url(raw["PUBLIC_BASE_URL"]) if _given("PUBLIC_BASE_URL") else "",
+        mailgun_webhook_signing_key=str(raw["MAILGUN_WEBHOOK_SIGNING_KEY"]),
+        failover_accounts={
+            channel: parse_failover_accounts(raw[key], variable=key, channel=channel)
+            for channel, key in (("sms", "SMS_FAILOVER_ACCOUNTS"), ("email", "EMAIL_FAILOVER_ACCOUNTS"))
+            if raw[key]
+        },
+        circuit=CircuitPolicy(
+            failures=_at_least(raw, "PROVIDER_CIRCUIT_FAILURES", 1, int),
+            window_seconds=_at_least(raw, "PROVIDER_CIRCUIT_WINDOW_SECONDS", 0.1, float),
+            cooldown_seconds=_at_least(raw, "PROVIDER_CIRCUIT_COOLDOWN_SECONDS", 0.1, float),
+        ),
     )
+
+
+def _broadcast_batch_size(raw: dict[str, Any]) -> int:
+    # A batch is one INSERT of ~30 parameters a row; PostgreSQL takes at most 65,535 parameters.
+    size = int(_at_least(raw, "BROADCAST_BATCH_SIZE", 1, int))
+    if size > 1000:
+        raise ImproperlyConfigured(f"BROADCAST_BATCH_SIZE must be at most 1000, got {raw['BROADCAST_BATCH_SIZE']!r}")
+    return size
 
 
 def _throttle_rate(raw: dict[str, Any], key: str) -> str:
@@ -317,6 +471,11 @@ def _default_locale(value: Any) -> str:
         return locale_normalize(str(value))
     except ValidationFailed:
         raise ImproperlyConfigured(f"DEFAULT_LOCALE: {value!r} is not a locale such as 'en' or 'fr-CA'") from None
+
+
+def _given(key: str) -> bool:
+    """Whether the environment (or a settings override) set the option, rather than its default."""
+    return (getattr(settings, "NOTIFICATIONS", {}) or {}).get(key) is not None
 
 
 def _public_base_url(value: Any) -> str:

@@ -21,6 +21,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -91,6 +92,18 @@ notifications_degraded = Counter(
     "uncounted, rate_limiter put the send back for later.",
     ["component"],
 )
+provider_attempts = Counter(
+    "notifications_provider_attempts",
+    "Delivery attempts by provider account (provider failover), by attempt outcome.",
+    ["channel", "account", "outcome"],
+)
+provider_circuit_open = Gauge(
+    "notifications_provider_circuit_open",
+    "1 while a provider account's circuit breaker is open or half-open (its sends go to the next account).",
+    ["channel", "account"],
+    # Workers open and close circuits in turn: the value last written, by whichever process wrote it.
+    multiprocess_mode="mostrecent",
+)
 
 
 # --- Recording, called by services and the event consumer -------------------------------------
@@ -104,11 +117,23 @@ _SENT_STATUS = {
 }
 
 
-def record_attempt(*, channel: str, outcome: str, seconds: float | None) -> None:
-    """One finished delivery attempt; ``seconds`` is the provider call time when there was one."""
+def record_attempt(*, channel: str, outcome: str, seconds: float | None, account: str = "") -> None:
+    """One finished delivery attempt; ``seconds`` is the provider call time when there was one;
+    ``account``: the provider account it went through, when the provider has accounts."""
     notifications_sent.labels(channel=channel, status=_SENT_STATUS.get(outcome, outcome)).inc()
+    if account:
+        provider_attempts.labels(channel=channel, account=account, outcome=outcome).inc()
     if seconds is not None:
         notification_delivery_seconds.labels(channel=channel).observe(seconds)
+
+
+def record_provider_attempt(*, channel: str, account: str, outcome: str) -> None:
+    """One finished attempt through a named provider account (a channel with failover accounts)."""
+    provider_attempts.labels(channel=channel, account=account, outcome=outcome).inc()
+
+
+def record_circuit(*, channel: str, account: str, open: bool) -> None:
+    provider_circuit_open.labels(channel=channel, account=account).set(1 if open else 0)
 
 
 def record_delivered(*, channel: str, accepted_at: datetime) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -9,12 +10,16 @@ from typing import Any, TypedDict
 
 from django.db import connection, models
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.utils import timezone
 
 from .errors import NotFound
 from .models import (
     PENDING_STATUSES,
     ApiClient,
+    Broadcast,
     Category,
     DeadLetter,
     Notification,
@@ -22,7 +27,10 @@ from .models import (
     Recipient,
     Resolution,
     Status,
+    Suppression,
     TemplateVariant,
+    Topic,
+    TopicSubscription,
 )
 
 
@@ -34,6 +42,7 @@ class NotificationFilters(TypedDict, total=False):
     user_id: str
     created_after: datetime  # inclusive
     created_before: datetime  # exclusive
+    broadcast: uuid.UUID  # the notifications a broadcast made
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,19 @@ def notification_list(*, client: ApiClient, filters: NotificationFilters) -> Que
         queryset = queryset.filter(created_at__gte=filters["created_after"])
     if "created_before" in filters:
         queryset = queryset.filter(created_at__lt=filters["created_before"])
+    if "broadcast" in filters:
+        queryset = queryset.filter(broadcast_id=filters["broadcast"])
     return queryset
+
+
+def suppression_list(*, client: ApiClient, channel: str = "", address: str = "") -> QuerySet[Suppression]:
+    """The client's suppressions, narrowed by channel and address, unordered (the caller paginates)."""
+    suppressions = Suppression.objects.filter(client=client)
+    if channel:
+        suppressions = suppressions.filter(channel=channel)
+    if address:
+        suppressions = suppressions.filter(address=address)
+    return suppressions
 
 
 def recipient_get(*, client: ApiClient, user_id: str) -> Recipient | None:
@@ -108,9 +129,28 @@ def _own_then_platform(queryset: QuerySet[Any], client: ApiClient) -> QuerySet[A
     return queryset.filter(Q(client=client) | Q(client__isnull=True)).order_by(F("client_id").asc(nulls_last=True))
 
 
+# Every accept reads its category, and categories change rarely: each process keeps what it read
+# for CATEGORY_CACHE_SECONDS. A save in this process forgets them all at once (the signal below);
+# other processes see a changed category within those seconds.
+CATEGORY_CACHE_SECONDS = 5.0
+_categories: dict[tuple[int, str], tuple[float, Category | None]] = {}
+
+
 def category_get(*, client: ApiClient, key: str) -> Category | None:
     """The category ``key`` as the client sees it: its own, else the platform's; None when neither."""
-    return _own_then_platform(Category.objects.filter(key=key), client).first()
+    cached = _categories.get((client.pk, key))
+    if cached is not None and time.monotonic() - cached[0] < CATEGORY_CACHE_SECONDS:
+        return cached[1]
+    category = _own_then_platform(Category.objects.filter(key=key), client).first()
+    if len(_categories) > 10_000:
+        _categories.clear()
+    _categories[(client.pk, key)] = (time.monotonic(), category)
+    return category
+
+
+@receiver([post_save, post_delete], sender=Category)
+def _categories_forget(**kwargs: Any) -> None:
+    _categories.clear()
 
 
 def category_keys_known(*, client: ApiClient, keys: list[str]) -> set[str]:
@@ -160,6 +200,10 @@ class PendingDelivery:
     preferences: dict[str, Any]
     quiet_hours: dict[str, str] | None
     timezone: str
+    # Why its address is on the client's suppression list (a bounce or complaint since accept); "".
+    suppression_reason: str = ""
+    # A fallback notification (a route of channels): a channel withheld now is skipped, not the whole.
+    has_route: bool = False
 
 
 def notification_pending_delivery(notification_id: Any) -> PendingDelivery | None:
@@ -176,6 +220,12 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
             recipient_preferences=Subquery(recipient.values("preferences")[:1]),
             recipient_quiet_hours=Subquery(recipient.values("quiet_hours")[:1]),
             recipient_timezone=Subquery(recipient.values("timezone")[:1]),
+            suppression_reason=Subquery(
+                Suppression.objects.filter(
+                    client_id=OuterRef("client_id"), channel=OuterRef("channel"), address=OuterRef("address")
+                ).values("reason")[:1]
+            ),
+            has_route=models.ExpressionWrapper(~Q(route=[]), output_field=models.BooleanField()),
         )
         .order_by()
         .values_list(
@@ -188,6 +238,8 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
             "recipient_preferences",
             "recipient_quiet_hours",
             "recipient_timezone",
+            "suppression_reason",
+            "has_route",
         )
     )
     return {
@@ -200,8 +252,22 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
             preferences=preferences or {},
             quiet_hours=quiet_hours,
             timezone=zone or "",
+            suppression_reason=suppressed or "",
+            has_route=bool(has_route),
         )
-        for pk, channel, next_attempt_at, category_key, critical, default_enabled, preferences, quiet_hours, zone in rows
+        for (
+            pk,
+            channel,
+            next_attempt_at,
+            category_key,
+            critical,
+            default_enabled,
+            preferences,
+            quiet_hours,
+            zone,
+            suppressed,
+            has_route,
+        ) in rows
     }
 
 
@@ -215,3 +281,88 @@ def table_row_estimate(model: type[models.Model]) -> int | None:
         cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
         row = cursor.fetchone()
     return int(row[0]) if row and row[0] >= 0 else None
+
+
+# --- Topics and broadcasts ---------------------------------------------------------------------
+
+
+def topic_get(*, client: ApiClient, key: str) -> Topic | None:
+    """The client's topic ``key``, with ``subscriber_count`` (a count over its unique index)."""
+    subscribers = TopicSubscription.objects.filter(topic_id=OuterRef("pk")).order_by().values("topic_id")
+    count = subscribers.annotate(n=Count("pk")).values("n")
+    return Topic.objects.filter(client=client, key=key).annotate(subscriber_count=Coalesce(Subquery(count), 0)).first()
+
+
+def topic_subscriber_count(*, topic: Topic) -> int:
+    return TopicSubscription.objects.filter(topic=topic).count()
+
+
+def recipient_ids_by_user_id(*, client: ApiClient, user_ids: list[str]) -> dict[str, int]:
+    """The stored recipients of ``user_ids`` (those the client has), by user id."""
+    rows = Recipient.objects.filter(client=client, user_id__in=user_ids).values_list("user_id", "pk")
+    return dict(rows)
+
+
+def topic_subscribers_after(*, topic_id: int, after: int, limit: int) -> tuple[list[Recipient], int | None]:
+    """The next ``limit`` subscribers of a topic in recipient id order after ``after``: one keyset
+    page over the unique (topic, recipient) index (an index-only range scan, never an OFFSET), then
+    those recipients by primary key. As one join, the planner merged with a scan of the topic's
+    subscriptions from its first one, every page: quadratic over a fan-out. Returns the page's
+    recipients and the cursor after it (None: no subscriber left); a recipient deleted between the
+    two reads is simply not in the page."""
+    page = TopicSubscription.objects.filter(topic_id=topic_id, recipient_id__gt=after).order_by("recipient_id")
+    recipient_ids = list(page.values_list("recipient_id", flat=True)[:limit])
+    if not recipient_ids:
+        return [], None
+    return list(Recipient.objects.filter(pk__in=recipient_ids).order_by("pk")), recipient_ids[-1]
+
+
+def broadcast_get(*, client: ApiClient, broadcast_id: Any) -> Broadcast:
+    """The client's broadcast ``broadcast_id``; NotFound for another client's or a bad id."""
+    try:
+        return Broadcast.objects.select_related("topic", "category").get(pk=uuid.UUID(str(broadcast_id)), client=client)
+    except (Broadcast.DoesNotExist, ValueError):
+        raise NotFound("no such broadcast") from None
+
+
+@dataclass(frozen=True)
+class BroadcastCounts:
+    """A broadcast's notifications by outcome; ``pending`` is everything not final yet."""
+
+    created: int = 0
+    delivered: int = 0
+    suppressed: int = 0
+    failed: int = 0  # failed or dead
+    cancelled: int = 0
+    pending: int = 0
+
+
+def broadcast_counts(*, broadcast_id: Any) -> BroadcastCounts:
+    """How many notifications a broadcast made, by outcome: one GROUP BY status over the
+    (broadcast, status) index."""
+    rows = Notification.objects.filter(broadcast_id=broadcast_id).values("status").annotate(n=Count("pk")).order_by()
+    by_status = {row["status"]: row["n"] for row in rows}
+    created = sum(by_status.values())
+    delivered = by_status.get(Status.DELIVERED, 0)
+    suppressed = by_status.get(Status.SUPPRESSED, 0)
+    failed = by_status.get(Status.FAILED, 0) + by_status.get(Status.DEAD, 0)
+    cancelled = by_status.get(Status.CANCELLED, 0)
+    return BroadcastCounts(
+        created=created,
+        delivered=delivered,
+        suppressed=suppressed,
+        failed=failed,
+        cancelled=cancelled,
+        pending=created - delivered - suppressed - failed - cancelled,
+    )
+
+
+def suppressed_addresses(*, client_id: Any, channel: str, addresses: list[str]) -> dict[str, str]:
+    """The client's suppressed ones of ``addresses`` on ``channel``, with their reasons: one IN
+    probe of the suppression list's unique index for a whole batch of a broadcast."""
+    if not addresses:
+        return {}
+    rows = Suppression.objects.filter(client_id=client_id, channel=channel, address__in=addresses).values_list(
+        "address", "reason"
+    )
+    return {address: str(reason) for address, reason in rows}

@@ -280,6 +280,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Named, not hashed: a broadcast's status is another choice set than a notification's.
+    "ENUM_NAME_OVERRIDES": {
+        "BroadcastStatusEnum": "notifications.models.broadcasts.BroadcastStatus",
+        "NotificationStatusEnum": "notifications.models.notifications.Status",
+        "ChannelEnum": "notifications.models.content.Channel",
+    },
 }
 
 # --- The notification platform's own options: read here, unset ones None; the defaults, types and
@@ -297,9 +303,12 @@ NOTIFICATIONS = {
     "SENDING_TIMEOUT_SECONDS": env.float("SENDING_TIMEOUT_SECONDS", default=None),
     "BROKER_DELAY_MAX_SECONDS": env.float("BROKER_DELAY_MAX_SECONDS", default=None),
     "DELIVERY_BATCH_SIZE": env.int("DELIVERY_BATCH_SIZE", default=None),
+    "BROADCAST_BATCH_SIZE": env.int("BROADCAST_BATCH_SIZE", default=None),
+    "BROADCAST_STALE_SECONDS": env.float("BROADCAST_STALE_SECONDS", default=None),
     "RETENTION_DAYS": env.int("RETENTION_DAYS", default=None),
     "WEBHOOK_ALLOW_HOSTS": env.list("WEBHOOK_ALLOW_HOSTS", default=None),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("WEBHOOK_TIMEOUT_SECONDS", default=None),
+    "STATUS_WEBHOOK_RETRY_POLICY": env.str("STATUS_WEBHOOK_RETRY_POLICY", default=None),
     # A dotted provider class per channel; unset: the channel registry's default.
     "PROVIDERS": {
         "email": env.str("EMAIL_PROVIDER", default=None),
@@ -314,6 +323,13 @@ NOTIFICATIONS = {
     "FCM_API_BASE": env.str("FCM_API_BASE", default=None),
     "FCM_PROJECT_ID": env.str("FCM_PROJECT_ID", default=None),
     "FCM_ACCESS_TOKEN": env.str("FCM_ACCESS_TOKEN", default=None),
+    "MAILGUN_WEBHOOK_SIGNING_KEY": env.str("MAILGUN_WEBHOOK_SIGNING_KEY", default=None),
+    # Provider failover and its circuit breaker (notifications/services/failover.py, notifications/circuit.py).
+    "SMS_FAILOVER_ACCOUNTS": env.str("SMS_FAILOVER_ACCOUNTS", default=None),
+    "EMAIL_FAILOVER_ACCOUNTS": env.str("EMAIL_FAILOVER_ACCOUNTS", default=None),
+    "PROVIDER_CIRCUIT_FAILURES": env.int("PROVIDER_CIRCUIT_FAILURES", default=None),
+    "PROVIDER_CIRCUIT_WINDOW_SECONDS": env.float("PROVIDER_CIRCUIT_WINDOW_SECONDS", default=None),
+    "PROVIDER_CIRCUIT_COOLDOWN_SECONDS": env.float("PROVIDER_CIRCUIT_COOLDOWN_SECONDS", default=None),
     "PROVIDER_TIMEOUT_SECONDS": env.float("PROVIDER_TIMEOUT_SECONDS", default=None),
     "EVENTS_API_CLIENT": env.str("EVENTS_API_CLIENT", default=None),
     # The event consumer's RabbitMQ topology and limits (notifications/events/).
@@ -333,6 +349,7 @@ NOTIFICATIONS = {
     "DEFAULT_LOCALE": env.str("DEFAULT_LOCALE", default=None),
     "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default=None),
     "API_AUTH_FAILURE_RATE": env.str("API_AUTH_FAILURE_RATE", default=None),
+    "API_TOKEN_CACHE_SECONDS": env.float("API_TOKEN_CACHE_SECONDS", default=None),
 }
 
 # --- Metrics and traces (docs/observability.md) -------------------------------------------------

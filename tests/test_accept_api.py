@@ -317,6 +317,35 @@ def test_token_scheme_is_accepted_and_revoked_clients_are_refused(client_and_tok
     assert api.get(URL).status_code == 401
 
 
+def test_a_token_seen_valid_is_not_read_again_for_a_few_seconds(client_and_token) -> None:  # type: ignore[no-untyped-def]
+    from django.test.utils import CaptureQueriesContext
+
+    from notifications.models import ApiClient
+
+    from .fakes import override_notifications
+
+    client, token = client_and_token
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def client_reads() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert api.get(URL).status_code == 200
+        return sum(ApiClient._meta.db_table in q["sql"] for q in queries.captured_queries)
+
+    assert client_reads() == 1
+    assert client_reads() == 0  # remembered (API_TOKEN_CACHE_SECONDS)
+    # Revoked by another process (no service call here): this one keeps the token for those
+    # seconds; with the cache off the revocation holds at once.
+    ApiClient.objects.filter(pk=client.pk).update(is_active=False)
+    assert api.get(URL).status_code == 200
+    with override_notifications(API_TOKEN_CACHE_SECONDS=0):
+        assert api.get(URL).status_code == 401
+    # A wrong token is never remembered: each guess is read and counted.
+    api.credentials(HTTP_AUTHORIZATION="Bearer ntf_wrong")
+    assert [api.get(URL).status_code for _ in range(2)] == [401, 401]
+
+
 def test_clients_see_only_their_own_notifications(api: APIClient) -> None:
     mine = post(api, BODY).json()["id"]
     _, other_token = make_api_client("other")

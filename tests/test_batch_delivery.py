@@ -161,3 +161,24 @@ def test_two_workers_with_the_same_batch_send_each_notification_once(no_publish:
     assert len(smtp_server.received) == 30
     assert Notification.objects.filter(pk__in=ids, status=Status.DELIVERED).count() == 30
     assert sorted(Counter(DeliveryAttempt.objects.values_list("notification_id", flat=True)).values()) == [1] * 30
+
+
+def test_a_sweep_hands_what_is_due_to_the_broker_in_batch_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    published: list[list[str]] = []
+    monkeypatch.setattr(services.accept_batch, "delivery_message_send", lambda **kwargs: None)  # lost at accept
+    ids = accept_batch(120)
+    Notification.objects.filter(pk__in=ids).update(enqueued_at=None, status=Status.ACCEPTED)
+    monkeypatch.setattr(
+        services.outbox,
+        "delivery_message_send",
+        lambda *, notification_ids, priority, delay_seconds=0.0: published.append(notification_ids),
+    )
+    report = services.notification_sweep(now=timezone.now() + timedelta(seconds=10))
+    assert report.enqueued == 120
+    # One call for all 120 (outbox.delivery_message_send packs them 50 to a message) and one UPDATE.
+    assert [sorted(batch) for batch in published] == [sorted(ids)]
+    assert Notification.objects.filter(pk__in=ids, status=Status.QUEUED, enqueued_at__isnull=False).count() == 120

@@ -45,9 +45,9 @@ def test_one_accept_with_an_address_is_two_inserts_in_one_transaction(no_publish
     request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
     with CaptureQueriesContext(connection) as queries:
         result = services.notification_accept(client=client, request=request, idempotency_key="k1", fingerprint="f1")
-    # The two reads, each one index probe: the category, and the recipient's consent (preferences,
-    # quiet hours); then one write transaction.
-    assert statements(queries) == ["SELECT", "SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
+    # The three reads, each one index probe: the category, the recipient's consent (preferences,
+    # quiet hours) and the address's suppression; then one write transaction.
+    assert statements(queries) == ["SELECT", "SELECT", "SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
     assert no_publish == [result.notification_id]
     notification = Notification.objects.get(pk=result.notification_id)
     assert (notification.status, notification.enqueued_at is not None) == (Status.QUEUED, True)
@@ -60,7 +60,7 @@ def test_one_accept_to_a_stored_recipient_reads_the_recipient_once(no_publish: l
     request = services.NotificationRequest(user_id="u1", message="hello")
     with CaptureQueriesContext(connection) as queries:
         services.notification_accept(client=client, request=request, idempotency_key="k2", fingerprint="f2")
-    assert statements(queries) == ["SELECT", "SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"]
+    assert statements(queries) == ["SELECT", "SELECT", "SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"]
 
 
 def test_a_replay_is_one_conflicting_insert_and_one_read(no_publish: list[str]) -> None:

@@ -1,3 +1,14 @@
 """The support admin, one module per model family; importing them registers their ModelAdmins."""
 
-from . import categories, clients, dead_letters, notifications, recipients, templates  # noqa: F401  (registers the admins)
+from . import (  # noqa: F401  (registers the admins)
+    broadcasts,
+    categories,
+    clients,
+    dead_letters,
+    digests,
+    notifications,
+    recipients,
+    status_events,
+    suppressions,
+    templates,
+)

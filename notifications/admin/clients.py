@@ -13,7 +13,7 @@ from ..models import ApiClient
 from .base import _report
 
 # What an existing client's page shows, all read-only: a client changes only through the actions.
-SHOWN_FIELDS = ("name", "token_prefix", "is_active", "created_at", "token_rotated_at")
+SHOWN_FIELDS = ("name", "token_prefix", "is_active", "status_webhook_url", "created_at", "token_rotated_at")
 
 
 @admin.register(ApiClient)
@@ -21,7 +21,7 @@ class ApiClientAdmin(admin.ModelAdmin):
     list_display = ("name", "token_prefix", "is_active", "created_at", "token_rotated_at")
     list_filter = ("is_active",)
     search_fields = ("name",)
-    actions = ("rotate_token_selected", "revoke_selected")
+    actions = ("rotate_token_selected", "rotate_webhook_secret_selected", "revoke_selected")
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.is_active and request.user.is_superuser
@@ -64,6 +64,17 @@ class ApiClientAdmin(admin.ModelAdmin):
             token = services.api_client_rotate_token(client=client)
             self.log_change(request, client, "Rotated token")
             self._show_token(request, client, token)
+
+    @admin.action(description="Rotate the webhook secret of selected clients")
+    def rotate_webhook_secret_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        for client in queryset:
+            secret = services.api_client_rotate_webhook_secret(client=client)
+            self.log_change(request, client, "Rotated webhook secret")
+            self.message_user(
+                request,
+                f"Webhook secret for {client.name!r}: {secret} (copy it now; it is not shown again)",
+                messages.WARNING,
+            )
 
     @admin.action(description="Revoke selected clients")
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:

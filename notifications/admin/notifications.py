@@ -52,7 +52,14 @@ class DeliveryAttemptInline(admin.TabularInline):
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = ("short_id", "status", "channel", "address", "client", "attempt_count", "created_at", "delivered_at")
-    list_filter = ("status", "suppressed_reason", "channel", "client", ("created_at", admin.DateFieldListFilter))
+    list_filter = (
+        "status",
+        "suppressed_reason",
+        "provider_status",
+        "channel",
+        "client",
+        ("created_at", admin.DateFieldListFilter),
+    )
     list_select_related = ("client",)
     # Searched as exact matches on indexed columns (see get_search_results): a LIKE scan of a large
     # table is what a support search must never turn into.
@@ -76,6 +83,8 @@ class NotificationAdmin(ReadOnlyAdmin):
                     "attempt_count",
                     "last_error",
                     "provider_message_id",
+                    "provider_status",
+                    "provider_status_at",
                     "dead_letter_links",
                     "send_at",
                     "next_attempt_at",

@@ -12,12 +12,17 @@ from .. import selectors, services
 from ..errors import NotFound
 from ..models import Category
 from .schema import api_operation
-from .serializers import RefusesUnknownFields, StrictBooleanField
+from .serializers import RefusesUnknownFields, StrictBooleanField, StrictIntegerField
 from .views import _client, _require_object
 
 CATEGORY_KEY = OpenApiParameter(
     "key", str, OpenApiParameter.PATH, pattern=r"^[-a-zA-Z0-9_]{1,64}$", description="A slug, e.g. marketing."
 )
+
+
+class RecipientCapSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+    count = StrictIntegerField(min_value=1, max_value=services.MAX_CAP_COUNT)
+    per_seconds = StrictIntegerField(min_value=1, max_value=services.MAX_CAP_SECONDS, help_text="The window, e.g. 3600.")
 
 
 class CategorySerializer(RefusesUnknownFields, serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -27,6 +32,13 @@ class CategorySerializer(RefusesUnknownFields, serializers.ModelSerializer):  # 
     default_enabled = StrictBooleanField(
         required=False, default=True, help_text="false: an opt-in category, sent only to recipients who opted in."
     )
+    max_per_recipient = RecipientCapSerializer(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="At most count notifications of this category to one recipient in any per_seconds; past it one is "
+        "suppressed (suppressed_reason throttled). null: no cap. A critical category is never capped.",
+    )
     platform = serializers.SerializerMethodField(
         help_text="True for a platform category (made by migration or in the admin, shared by every client), "
         "which a PUT of its key replaces for this client only."
@@ -34,7 +46,7 @@ class CategorySerializer(RefusesUnknownFields, serializers.ModelSerializer):  # 
 
     class Meta:
         model = Category
-        fields = ["key", "critical", "default_enabled", "platform", "created_at", "updated_at"]
+        fields = ["key", "critical", "default_enabled", "max_per_recipient", "platform", "created_at", "updated_at"]
         read_only_fields = ["key", "created_at", "updated_at"]
 
     def get_platform(self, category: Category) -> bool:
@@ -71,5 +83,6 @@ class CategoryView(APIView):
             key=key,
             critical=serializer.validated_data["critical"],
             default_enabled=serializer.validated_data["default_enabled"],
+            max_per_recipient=serializer.validated_data["max_per_recipient"],
         )
         return Response(CategorySerializer(category).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

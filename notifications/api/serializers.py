@@ -26,12 +26,44 @@ from .fields import (  # noqa: F401  (re-exported: other API modules and tests i
 )
 
 
+class StrictIntegerField(serializers.IntegerField):
+    """JSON whole numbers only: DRF reads "5" and 5.0 as 5 too."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise serializers.ValidationError("must be a whole number", code="invalid")
+        return int(super().to_internal_value(data))
+
+
+class DigestSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+    key = StrictCharField(min_length=1, max_length=services.MAX_DIGEST_KEY_LENGTH, help_text="What gathers them, e.g. comments.")
+    window_seconds = StrictIntegerField(
+        min_value=1, max_value=services.MAX_DIGEST_WINDOW_SECONDS, help_text="How long the digest gathers from its first."
+    )
+    max_items = StrictIntegerField(
+        min_value=1,
+        max_value=services.MAX_DIGEST_ITEMS,
+        required=False,
+        default=services.DEFAULT_DIGEST_MAX_ITEMS,
+        help_text="Sent as soon as this many have joined.",
+    )
+
+
 class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     user_id = StrictCharField(max_length=255)
     message = StrictCharField(
         trim_whitespace=False, required=False, default="", help_text="The text to send; or give template and data instead."
     )
     channel = serializers.ChoiceField(choices=Channel.choices, default=Channel.EMAIL)
+    channels = serializers.ListField(
+        child=serializers.ChoiceField(choices=Channel.choices),
+        required=False,
+        min_length=1,
+        max_length=len(Channel.choices),
+        help_text='Instead of channel: a fallback route, e.g. ["push", "sms", "email"], tried in order until one '
+        "delivers, each to the recipient's stored address (not with to). A channel without an address, opted out of or "
+        "suppressed is skipped.",
+    )
     subject = StrictCharField(max_length=998, required=False, allow_blank=True, default="")
     to = StrictCharField(
         max_length=2000,
@@ -67,6 +99,14 @@ class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer)
         default="",
         help_text="The template's locale, e.g. fr-CA (then fr, then DEFAULT_LOCALE); default: the recipient's.",
     )
+    digest = DigestSerializer(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Gather with the recipient's other notifications of the same key: the first opens a digest, later ones "
+        "in its window join it (status digested) and one notification is sent when the window ends or max_items "
+        "joined, rendered from template with items (each one's data) and count. Needs template; not with send_at.",
+    )
 
     def validate_subject(self, value: str) -> str:
         if "\r" in value or "\n" in value:
@@ -92,6 +132,11 @@ class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer)
             raise serializers.ValidationError({field: ["give either message, or template with data (not both)"]})
         if "data" in self.initial_data and not attrs.get("template"):
             raise serializers.ValidationError({"data": ["data is for a template; give template too"]})
+        if "channels" in attrs:
+            if "channel" in self.initial_data:
+                raise serializers.ValidationError({"channels": ["give either channel or channels (not both)"]})
+            if len(set(attrs["channels"])) != len(attrs["channels"]):
+                raise serializers.ValidationError({"channels": ["each channel at most once"]})
         return attrs
 
     def to_request(self) -> NotificationRequest:
@@ -99,7 +144,8 @@ class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer)
         return NotificationRequest(
             user_id=data["user_id"],
             message=data["message"],
-            channel=data["channel"],
+            channel=data["channels"][0] if data.get("channels") else data["channel"],
+            channels=tuple(data.get("channels") or ()),
             subject=data["subject"],
             to=data["to"],
             metadata=dict(data["metadata"]),
@@ -109,6 +155,7 @@ class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer)
             data=dict(data["data"]),
             category=data["category"],
             locale=data["locale"],
+            digest=services.DigestRequest(**data["digest"]) if data.get("digest") else None,
         )
 
 
@@ -167,7 +214,23 @@ class BatchResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     class Meta:
         model = DeliveryAttempt
-        fields = ["number", "outcome", "started_at", "finished_at", "duration_ms", "error_class", "error_message"]
+        fields = [
+            "number", "outcome", "channel", "account", "started_at", "finished_at", "duration_ms", "error_class", "error_message",
+        ]  # fmt: skip
+        extra_kwargs: dict[str, Any] = {
+            "channel": {"help_text": "The channel this try went through (a fallback route changes channels)."},
+            "account": {"help_text": "The provider account it was sent from (provider failover changes accounts)."},
+        }
+
+
+class RouteEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    channel = serializers.ChoiceField(choices=Channel.choices)
+    outcome = serializers.ChoiceField(choices=["pending", "skipped", "failed", "delivered"])
+    reason = serializers.CharField(
+        allow_blank=True,
+        help_text="Why skipped (no_address, preference, unsubscribed, default_off, a suppression) or failed "
+        "(permanent_error, retries_exhausted).",
+    )
 
 
 class NotificationSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -178,6 +241,17 @@ class NotificationSerializer(serializers.ModelSerializer):  # type: ignore[type-
         read_only=True,
         allow_null=True,
         help_text="While pending, when it is next tried: send_at, a retry, or the end of the recipient's quiet hours.",
+    )
+    digest_id = serializers.UUIDField(
+        read_only=True,
+        allow_null=True,
+        help_text="The digest it is a member of (status digested, or cancelled from it), or that it was sent for.",
+    )
+    route = RouteEntrySerializer(
+        many=True,
+        read_only=True,
+        help_text="A fallback notification's channels in order with what became of each; empty for one channel. "
+        "channel is then the one used or being tried.",
     )
 
     class Meta:
@@ -206,6 +280,10 @@ class NotificationSerializer(serializers.ModelSerializer):  # type: ignore[type-
             "html_message",
             "suppressed_reason",
             "scheduled_for",
+            "route",
+            "provider_status",
+            "provider_status_at",
+            "digest_id",
         ]
 
 
@@ -224,6 +302,7 @@ class NotificationFilterSerializer(serializers.Serializer):  # type: ignore[type
     user_id = serializers.CharField(required=False, max_length=255, trim_whitespace=False)
     created_after = serializers.DateTimeField(required=False, help_text="Inclusive.")
     created_before = serializers.DateTimeField(required=False, help_text="Exclusive.")
+    broadcast = serializers.UUIDField(required=False, help_text="Only the notifications this broadcast made.")
 
     def to_internal_value(self, data: Any) -> Any:
         # DRF reads an empty query value of an optional field as "not given", so `?channel=` listed

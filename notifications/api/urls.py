@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import categories, preferences, templates, views
+from . import broadcasts, categories, client, preferences, provider_callbacks, suppressions, templates, topics, views
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
@@ -14,4 +14,17 @@ urlpatterns = [
     path("templates/<str:key>", templates.TemplateView.as_view(), name="template-detail"),
     path("templates/<str:key>/preview", templates.TemplatePreviewView.as_view(), name="template-preview"),
     path("categories/<str:key>", categories.CategoryView.as_view(), name="category-detail"),
+    path("topics/<str:key>", topics.TopicView.as_view(), name="topic-detail"),
+    path("topics/<str:key>/subscribers", topics.TopicSubscribersView.as_view(), name="topic-subscribers"),
+    path("topics/<str:key>/subscribers/<str:user_id>", topics.TopicSubscriberView.as_view(), name="topic-subscriber"),
+    path("broadcasts", broadcasts.BroadcastCollectionView.as_view(), name="broadcast-list"),
+    path("broadcasts/<str:broadcast_id>", broadcasts.BroadcastDetailView.as_view(), name="broadcast-detail"),
+    path("broadcasts/<str:broadcast_id>/cancel", broadcasts.BroadcastCancelView.as_view(), name="broadcast-cancel"),
+    path("suppressions", suppressions.SuppressionCollectionView.as_view(), name="suppression-list"),
+    path("suppressions/<str:address>", suppressions.SuppressionDetailView.as_view(), name="suppression-detail"),
+    # Providers reporting delivery status, authenticated by their own signatures (no API token).
+    path("providers/twilio/status", provider_callbacks.TwilioStatusCallbackView.as_view(), name="provider-twilio-status"),
+    path("providers/mailgun/events", provider_callbacks.MailgunEventView.as_view(), name="provider-mailgun-events"),
+    path("client", client.ClientView.as_view(), name="client-detail"),
+    path("client/webhook-secret", client.ClientWebhookSecretView.as_view(), name="client-webhook-secret"),
 ]

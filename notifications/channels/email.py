@@ -18,12 +18,13 @@ class _ConnectionPerThread:
     handshake (and TLS, and AUTH) per message cost more than the message. Keyed by the email
     settings, so a change of server opens a new one."""
 
-    def __init__(self) -> None:
+    def __init__(self, **connection_settings: Any) -> None:
         self._local = threading.local()
+        self._connection_settings = connection_settings
 
-    @staticmethod
-    def _settings_key() -> tuple[Any, ...]:
-        return tuple(getattr(settings, name, None) for name in ("EMAIL_BACKEND", "EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER"))
+    def _settings_key(self) -> tuple[Any, ...]:
+        names = ("EMAIL_BACKEND", "EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER")
+        return (*(getattr(settings, name, None) for name in names), *sorted(self._connection_settings.items()))
 
     def get(self) -> tuple[Any, bool]:
         """This thread's connection, and whether it was open already (reused)."""
@@ -32,7 +33,7 @@ class _ConnectionPerThread:
         if held is not None and held[0] == key:
             return held[1], True
         self.drop()
-        connection = get_connection(fail_silently=False)
+        connection = get_connection(fail_silently=False, **self._connection_settings)
         connection.open()
         self._local.held = (key, connection)
         return connection, False
@@ -47,11 +48,14 @@ class _ConnectionPerThread:
 
 
 class DjangoEmailProvider:
-    def __init__(self) -> None:
-        self._connections = _ConnectionPerThread()
+    def __init__(self, **connection_settings: Any) -> None:
+        # A failover relay (EMAIL_FAILOVER_ACCOUNTS): host, port, username, password, use_tls and
+        # use_ssl for the backend's connection instead of the EMAIL_* settings.
+        self._connections = _ConnectionPerThread(**connection_settings)
+        self._username = connection_settings.get("username")
 
     def account(self) -> str:
-        return str(getattr(settings, "EMAIL_HOST_USER", ""))
+        return str(self._username if self._username is not None else getattr(settings, "EMAIL_HOST_USER", ""))
 
     def send(self, message: OutgoingMessage) -> SendResult:
         email = EmailMultiAlternatives(

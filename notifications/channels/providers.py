@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from ..conf import get_config
 from .base import Provider
+from .registry import CHANNELS
 
 
 @functools.cache
@@ -29,9 +33,45 @@ def provider_account(channel: str) -> str:
     return str(account()) if callable(account) else ""
 
 
+# How a backup account's settings (conf.FailoverAccount) become its provider's constructor arguments.
+_BACKUP_ARGUMENTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "sms": lambda account: {
+        "twilio_account_sid": account["account_sid"],
+        "twilio_auth_token": account["auth_token"],
+        "twilio_from_number": account.get("from_number") or get_config().twilio_from_number,
+        "twilio_api_base": str(account.get("api_base") or get_config().twilio_api_base).rstrip("/"),
+    },
+    # A backup relay is always SMTP, whatever EMAIL_BACKEND the primary uses.
+    "email": lambda account: {"backend": "django.core.mail.backends.smtp.EmailBackend", **account},
+}
+
+
+@functools.cache
+def failover_providers(channel: str) -> tuple[tuple[str, Provider], ...]:
+    """The provider accounts of a channel in order, by name: its primary (named by its
+    ``account()``, else "primary" when it has backups), then the backups of SMS_FAILOVER_ACCOUNTS / EMAIL_FAILOVER_ACCOUNTS,
+    each built from the channel's built-in provider class with the account's settings."""
+    backups = get_config().failover_accounts.get(channel, ())
+    primary = (provider_account(channel) or ("primary" if backups else ""), get_provider(channel))
+    if not backups:
+        return (primary,)
+    for account in backups:
+        # One name is one circuit (and one label in the metrics): a backup named as the primary
+        # would open and close with it, and failover would never move a send anywhere.
+        if account.name == primary[0]:
+            variable = f"{channel.upper()}_FAILOVER_ACCOUNTS"
+            raise ImproperlyConfigured(
+                f"{variable}: account {account.name!r} is the primary account's own name; "
+                "a backup must be another account (another account SID, SMTP login or relay)"
+            )
+    provider_class = import_string(CHANNELS[channel].default_provider)
+    return (primary, *((account.name, provider_class(**_BACKUP_ARGUMENTS[channel](account.settings))) for account in backups))
+
+
 def _reset_providers(*, setting: str, **kwargs: object) -> None:
-    if setting == "NOTIFICATIONS":
+    if setting in ("NOTIFICATIONS", "EMAIL_HOST_USER"):
         get_provider.cache_clear()
+        failover_providers.cache_clear()
 
 
 setting_changed.connect(_reset_providers)

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..conf import get_config
+from ..errors import ChannelError
 from .base import OutgoingMessage, SendResult
 from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 
@@ -22,6 +23,14 @@ def describe_fcm_error(payload: Any, text: str) -> str:
     codes = [str(d["errorCode"]) for d in error.get("details", []) if isinstance(d, dict) and d.get("errorCode")]
     label = "/".join([str(error.get("status", "")), *codes]).strip("/")
     return f"{label}: {error.get('message', '')}" if label else str(error.get("message", ""))
+
+
+def fcm_error_code(payload: Any) -> str:
+    """FCM's own ``errorCode`` from an error body (UNREGISTERED: the token is gone); "" if none."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    codes = [str(d["errorCode"]) for d in details or [] if isinstance(d, dict) and d.get("errorCode")]
+    return codes[0] if codes else ""
 
 
 def fcm_data(message: OutgoingMessage) -> dict[str, str]:
@@ -46,13 +55,25 @@ class FcmPushProvider:
                 "data": fcm_data(message),
             }
         }
-        response = provider_post(
-            f"{config.fcm_api_base}/v1/projects/{quote(config.fcm_project_id, safe='')}/messages:send",
-            provider=PROVIDER,
-            timeout=config.provider_timeout_seconds,
-            describe=describe_fcm_error,
-            json=body,
-            headers={"Authorization": f"Bearer {config.fcm_access_token}"},
-        )
+        error_codes: list[str] = []
+
+        def describe(payload: Any, text: str) -> str:
+            error_codes.append(fcm_error_code(payload))
+            return describe_fcm_error(payload, text)
+
+        try:
+            response = provider_post(
+                f"{config.fcm_api_base}/v1/projects/{quote(config.fcm_project_id, safe='')}/messages:send",
+                provider=PROVIDER,
+                timeout=config.provider_timeout_seconds,
+                describe=describe,
+                json=body,
+                headers={"Authorization": f"Bearer {config.fcm_access_token}"},
+            )
+        except ChannelError as exc:
+            # Kept as data, so the suppression list can tell an UNREGISTERED token from other refusals.
+            if error_codes and error_codes[-1]:
+                exc.extra["provider_code"] = error_codes[-1]
+            raise
         name = str(json_object(response.text).get("name", ""))
         return SendResult(provider_message_id=name, response_summary=f"HTTP {response.status_code} name={name or '?'}")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 from urllib.parse import quote
 
-from ..conf import get_config
+from ..conf import NotificationsConfig, get_config
+from ..errors import ChannelError
 from .base import OutgoingMessage, SendResult
 from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 
 PROVIDER = "Twilio"
+# Where Twilio posts a message's status changes (api/provider_callbacks.py), under PUBLIC_BASE_URL.
+STATUS_CALLBACK_PATH = "/api/v1/providers/twilio/status"
 
 
 def describe_twilio_error(payload: Any, text: str) -> str:
@@ -20,12 +24,32 @@ def describe_twilio_error(payload: Any, text: str) -> str:
     return text.strip()[:ERROR_TEXT_LIMIT] or "(empty body)"
 
 
+def twilio_error_code(payload: Any) -> str:
+    """Twilio's numeric error code (21610: the recipient replied STOP) as a string; "" if none."""
+    return str(payload["code"]) if isinstance(payload, dict) and payload.get("code") else ""
+
+
+def status_callback_url(notification_id: str) -> str:
+    """The StatusCallback URL of one message, or "" when PUBLIC_BASE_URL is not set. It names the
+    notification too, so a callback that outruns the send's own commit still finds its row."""
+    base = get_config().provider_callback_base_url
+    return f"{base}{STATUS_CALLBACK_PATH}?notification={quote(notification_id, safe='')}" if base else ""
+
+
 class TwilioSmsProvider:
+    def __init__(self, **account_settings: Any) -> None:
+        # A failover account (SMS_FAILOVER_ACCOUNTS): its twilio_* settings instead of TWILIO_*.
+        self.account_settings = account_settings
+
+    def _config(self) -> NotificationsConfig:
+        config = get_config()
+        return dataclasses.replace(config, **self.account_settings) if self.account_settings else config
+
     def account(self) -> str:
-        return get_config().twilio_account_sid
+        return self._config().twilio_account_sid
 
     def send(self, message: OutgoingMessage) -> SendResult:
-        config = get_config()
+        config = self._config()
         require_settings(
             "sms",
             {
@@ -35,16 +59,32 @@ class TwilioSmsProvider:
             },
         )
         sid = config.twilio_account_sid
-        response = provider_post(
-            f"{config.twilio_api_base}/2010-04-01/Accounts/{quote(sid, safe='')}/Messages.json",
-            provider=PROVIDER,
-            timeout=config.provider_timeout_seconds,
-            describe=describe_twilio_error,
-            auth=(sid, config.twilio_auth_token),
-            data={"To": message.address, "From": config.twilio_from_number, "Body": message.body},
-            # Twilio drops a repeat of the same token, so a send retried after a lost answer is not doubled.
-            headers={"I-Twilio-Idempotency-Token": message.idempotency_key or message.notification_id},
-        )
+        data = {"To": message.address, "From": config.twilio_from_number, "Body": message.body}
+        callback = status_callback_url(message.notification_id)
+        if callback:
+            data["StatusCallback"] = callback
+        error_codes: list[str] = []
+
+        def describe(payload: Any, text: str) -> str:
+            error_codes.append(twilio_error_code(payload))
+            return describe_twilio_error(payload, text)
+
+        try:
+            response = provider_post(
+                f"{config.twilio_api_base}/2010-04-01/Accounts/{quote(sid, safe='')}/Messages.json",
+                provider=PROVIDER,
+                timeout=config.provider_timeout_seconds,
+                describe=describe,
+                auth=(sid, config.twilio_auth_token),
+                data=data,
+                # Twilio drops a repeat of the same token, so a send retried after a lost answer is not doubled.
+                headers={"I-Twilio-Idempotency-Token": message.idempotency_key or message.notification_id},
+            )
+        except ChannelError as exc:
+            # Kept as data, so the suppression list can tell a STOP (21610) from other refusals.
+            if error_codes and error_codes[-1]:
+                exc.extra["provider_code"] = error_codes[-1]
+            raise
         payload = json_object(response.text)
         message_sid = str(payload.get("sid", ""))
         return SendResult(

@@ -4,6 +4,7 @@ letters, processed events). Everything is importable from ``notifications.models
 
 from __future__ import annotations
 
+from .broadcasts import Broadcast, BroadcastStatus, Topic, TopicSubscription
 from .clients import (
     ApiClient,
     Recipient,
@@ -17,14 +18,17 @@ from .content import (
     NotificationTemplate,
     TemplateVariant,
 )
+from .digests import UNCLOSED_DIGEST_STATUSES, Digest, DigestStatus
 from .notifications import (
     FINISHED_STATUSES,
     PENDING_STATUSES,
+    PROVIDER_STATUS_RANK,
     TRANSITIONS,
     AttemptOutcome,
     DeliveryAttempt,
     Notification,
     Priority,
+    ProviderStatus,
     Status,
     SuppressedReason,
     sources_of,
@@ -38,10 +42,14 @@ from .records import (
     ProcessedEvent,
     Resolution,
 )
+from .status_events import StatusEvent, StatusEventState, StatusEventType
+from .suppressions import Suppression, SuppressionReason
 
 __all__ = [
     "ApiClient",
     "AttemptOutcome",
+    "Broadcast",
+    "BroadcastStatus",
     "Category",
     "Channel",
     "ClientOrPlatformKeyed",
@@ -50,20 +58,32 @@ __all__ = [
     "DeadLetterReason",
     "DeadLetterSource",
     "DeliveryAttempt",
+    "Digest",
+    "DigestStatus",
     "FINISHED_STATUSES",
     "IdempotencyKey",
     "IdempotencyKeyState",
     "Notification",
     "NotificationTemplate",
     "PENDING_STATUSES",
+    "PROVIDER_STATUS_RANK",
     "Priority",
     "ProcessedEvent",
+    "ProviderStatus",
     "Recipient",
     "Resolution",
     "Status",
+    "StatusEvent",
+    "StatusEventState",
+    "StatusEventType",
     "SuppressedReason",
+    "Suppression",
+    "SuppressionReason",
     "TRANSITIONS",
+    "UNCLOSED_DIGEST_STATUSES",
     "TemplateVariant",
+    "Topic",
+    "TopicSubscription",
     "hash_token",
     "sources_of",
 ]

@@ -23,6 +23,8 @@ class ApiClient(models.Model):
     )
     is_active = models.BooleanField(default=True)
     webhook_secret = models.CharField(max_length=64, default="", blank=True, help_text="Signs webhook deliveries (HMAC-SHA256).")
+    # Where the client's status events go (services/status_events.py); empty: none are made.
+    status_webhook_url = models.CharField(max_length=2000, blank=True, default="")
     created_at = models.DateTimeField(default=django_timezone.now, editable=False)
     token_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
 

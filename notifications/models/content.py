@@ -51,6 +51,13 @@ class Category(ClientOrPlatformKeyed):
     default_enabled = models.BooleanField(
         default=True, help_text="Off: an opt-in category, sent only to recipients whose preferences allow it."
     )
+    # {"count": 5, "per_seconds": 3600}: at most that many to one recipient in any such window;
+    # past it a notification is suppressed (throttled). Never for a critical category (services/caps.py).
+    max_per_recipient = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='At most {"count": N, "per_seconds": S} to one recipient; empty: no cap. Critical categories are never capped.',
+    )
 
     class Meta(ClientOrPlatformKeyed.Meta):
         verbose_name_plural = "categories"

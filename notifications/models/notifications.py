@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.utils import timezone as django_timezone
 
 from ..errors import InvalidTransition
@@ -29,6 +29,8 @@ class Status(models.TextChoices):
     DEAD = "dead"
     CANCELLED = "cancelled"
     SUPPRESSED = "suppressed"
+    # A digest's member: not sent on its own, but as one of its digest's items (models/digests.py).
+    DIGESTED = "digested"
 
 
 class SuppressedReason(models.TextChoices):
@@ -37,6 +39,38 @@ class SuppressedReason(models.TextChoices):
     PREFERENCE = "preference"  # an opt-out in the recipient's preferences
     UNSUBSCRIBED = "unsubscribed"  # the recipient's one-click unsubscribe (RFC 8058)
     DEFAULT_OFF = "default_off"  # an opt-in category the recipient never opted into
+    # A broadcast's subscriber with no (valid) address stored for the channel; or a fallback route
+    # none of whose channels has an address for the recipient.
+    NO_ADDRESS = "no_address"
+    # The address is on the client's suppression list (models/suppressions.py), for the same reason.
+    BOUNCED = "bounced"
+    COMPLAINED = "complained"
+    UNSUBSCRIBED_SMS = "unsubscribed_sms"
+    UNREGISTERED = "unregistered"
+    # Past its category's max_per_recipient (services/caps.py).
+    THROTTLED = "throttled"
+
+
+class ProviderStatus(models.TextChoices):
+    """What the provider reported after taking the message (its status callback or event webhook)."""
+
+    SENT = "sent"
+    DELIVERED = "delivered"
+    UNDELIVERED = "undelivered"
+    BOUNCED = "bounced"
+    COMPLAINED = "complained"
+
+
+# A provider status is only ever replaced by a later one in this order, so callbacks that arrive
+# late, twice or out of order never move it back (delivered and undelivered are both final sends).
+PROVIDER_STATUS_RANK: dict[str, int] = {
+    "": 0,
+    ProviderStatus.SENT: 1,
+    ProviderStatus.DELIVERED: 2,
+    ProviderStatus.UNDELIVERED: 2,
+    ProviderStatus.BOUNCED: 3,
+    ProviderStatus.COMPLAINED: 4,
+}
 
 
 # Every status change the platform may make, from -> allowed targets. A change is written with a
@@ -48,13 +82,16 @@ class SuppressedReason(models.TextChoices):
 TRANSITIONS: dict[str, frozenset[str]] = {
     Status.ACCEPTED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED}),
     Status.QUEUED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED, Status.ACCEPTED}),
-    Status.SENDING: frozenset({Status.DELIVERED, Status.RETRYING, Status.FAILED, Status.DEAD}),
+    # Sending -> queued: a fallback route moving on to its next channel (services/routing.py).
+    Status.SENDING: frozenset({Status.DELIVERED, Status.RETRYING, Status.FAILED, Status.DEAD, Status.QUEUED}),
     Status.RETRYING: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.DEAD, Status.SUPPRESSED}),
     Status.FAILED: frozenset({Status.QUEUED}),
     Status.DEAD: frozenset({Status.QUEUED}),
     Status.DELIVERED: frozenset(),
     Status.CANCELLED: frozenset(),
     Status.SUPPRESSED: frozenset(),
+    # Only while its digest is not yet closed (services/digests.py holds the digest's lock for it).
+    Status.DIGESTED: frozenset({Status.CANCELLED}),
 }
 FINISHED_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.DEAD, Status.CANCELLED, Status.SUPPRESSED})
 PENDING_STATUSES = frozenset({Status.ACCEPTED, Status.QUEUED, Status.RETRYING})
@@ -84,6 +121,15 @@ class Notification(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     provider_message_id = models.CharField(max_length=255, blank=True, default="")
+    # Blank until the provider reports (services/provider_feedback.py).
+    provider_status = models.CharField(
+        max_length=16,
+        choices=ProviderStatus.choices,
+        blank=True,
+        default="",
+        help_text="What the provider reported after taking it (sent, delivered, undelivered, bounced, complained); blank until it reports.",
+    )
+    provider_status_at = models.DateTimeField(null=True, blank=True, help_text="When the provider status last changed.")
     trace_id = models.CharField(max_length=32, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(default=django_timezone.now, editable=False)
@@ -97,10 +143,24 @@ class Notification(models.Model):
     # Null only for notifications accepted before categories existed. No index: categories are never deleted.
     category = models.ForeignKey(Category, null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False)
     suppressed_reason = models.CharField(max_length=16, choices=SuppressedReason.choices, blank=True, default="")
+    # Set on the notifications a broadcast's fan-out made; indexed by the constraints below.
+    broadcast = models.ForeignKey(
+        "notifications.Broadcast", null=True, blank=True, on_delete=models.PROTECT, related_name="notifications", db_index=False
+    )
+    # A fallback notification's channels in order, each {channel, outcome, reason, content}; empty
+    # for a notification on one channel (services/routing.py).
+    route = models.JSONField(default=list, blank=True)
+    # A digest's member (status digested), or the one notification a digest was sent as; a member
+    # keeps its template data for the digest's items (services/digests.py).
+    digest = models.ForeignKey(
+        "notifications.Digest", null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications", db_index=False
+    )
+    digest_data = models.JSONField(null=True, blank=True)
 
     # Not columns: what claim_for_delivery's RETURNING adds for the send.
     client_name: str
     client_webhook_secret: str
+    client_status_webhook_url: str  # services/status_events.py: no statement when blank
     last_attempt_number: int
 
     class Meta:
@@ -119,6 +179,19 @@ class Notification(models.Model):
             # The admin's exact search ORs address with the other indexed columns: without this
             # one index the whole OR is a sequential scan (~150 ms a query at 1M rows).
             models.Index(fields=["address"], name="notif_address"),
+            # A provider's status callback finds its notification by the provider's message id.
+            models.Index(fields=["provider_message_id"], name="notif_provider_message"),
+            # A broadcast's counts (one GROUP BY status) and cancel; partial: most rows have none.
+            models.Index(
+                fields=["broadcast", "status"], name="notif_broadcast_status", condition=models.Q(broadcast__isnull=False)
+            ),
+            # A digest's members, collected at its close; partial: most rows have none.
+            models.Index(fields=["digest", "status"], name="notif_digest_status", condition=models.Q(digest__isnull=False)),
+        ]
+        constraints = [
+            # One notification per subscriber of a broadcast, whatever a resumed fan-out re-reads
+            # (its inserts are ON CONFLICT DO NOTHING on it). NULLs are distinct: other rows never clash.
+            models.UniqueConstraint(fields=["broadcast", "user_id"], name="notif_broadcast_user_unique"),
         ]
 
     def __str__(self) -> str:
@@ -198,10 +271,29 @@ class Notification(models.Model):
             f"RETURNING {columns}, "
             f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
             f"(SELECT c.webhook_secret FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secret, "
+            f"(SELECT c.status_webhook_url FROM {clients} c WHERE c.id = {table}.client_id) AS client_status_webhook_url, "
             f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempts} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
         )
         stamp = connection.ops.adapt_datetimefield_value(now)
         return list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, *ids, *sources]))
+
+    @classmethod
+    def claims_release(cls, notification_ids: list[Any], *, claimed_at: datetime) -> int:
+        """Give back claims made at ``claimed_at`` whose send was never tried (a batch out of
+        time): ``queued`` again, the attempt not counted and its row gone, as if never claimed.
+        Returns how many; one the sweeper already recovered keeps its newer state."""
+        with transaction.atomic():
+            released = cls.objects.filter(pk__in=notification_ids, status=Status.SENDING, claimed_at=claimed_at).update(
+                status=Status.QUEUED,
+                claimed_at=None,
+                attempt_count=models.F("attempt_count") - 1,
+                enqueued_at=django_timezone.now(),  # the caller puts them back on the queue
+                updated_at=django_timezone.now(),
+            )
+            DeliveryAttempt.objects.filter(
+                notification_id__in=notification_ids, started_at=claimed_at, outcome=AttemptOutcome.IN_PROGRESS
+            ).delete()
+        return int(released)
 
     @classmethod
     def deliveries_finish(cls, provider_message_ids: dict[Any, str], *, claimed_at: datetime, delivered_at: datetime) -> int:
@@ -245,6 +337,10 @@ class DeliveryAttempt(models.Model):
     error_message = models.TextField(blank=True, default="")
     provider_response = models.TextField(blank=True, default="", help_text="A short summary of what the provider answered.")
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    # The channel and provider account this try went through: a fallback route changes channels,
+    # provider failover changes accounts ("" on attempts made before either existed).
+    channel = models.CharField(max_length=16, blank=True, default="")
+    account = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         ordering = ["notification", "number"]

@@ -10,7 +10,9 @@ in :func:`notification_deliver` makes a duplicate hint harmless.
 Modules point one way (import-linter checks there is no cycle among them, and that none imports
 the actors, the events or the API): ``accept_batch`` -> ``accept`` -> ``content``/``consent``
 -> ``outbox``; ``delivery`` -> ``consent``/``outcomes`` -> ``dead_letters`` -> ``outbox``;
-``sweeper`` -> ``outcomes``/``outbox``.
+``sweeper`` -> ``outcomes``/``outbox``; ``status_events`` (status webhooks) is called by
+``accept``, ``consent``, ``outcomes`` and ``sweeper`` and imports none of them;
+``sweeper`` -> ``broadcasts`` (fan-out) -> ``accept``/``consent``/``content``/``outbox``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ from .accept import (
     request_fingerprint,
 )
 from .accept_batch import BatchItem, notification_accept_batch
+from .broadcasts import (
+    BroadcastRequest,
+    broadcast_cancel,
+    broadcast_create,
+    broadcast_fan_out,
+    broadcast_fan_out_batch,
+    broadcast_resume_stale,
+)
+from .caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
 from .clients import (
     RECIPIENT_FIELDS,
     api_client_create,
@@ -34,12 +45,43 @@ from .clients import (
 )
 from .dead_letters import RedriveResult, dead_letter_discard, dead_letter_record_event, dead_letter_redrive, dead_letter_republish
 from .delivery import DeliveryOutcome, SendRateLimited, notification_deliver, notifications_deliver
+from .digests import (
+    DEFAULT_DIGEST_MAX_ITEMS,
+    MAX_DIGEST_ITEMS,
+    MAX_DIGEST_KEY_LENGTH,
+    MAX_DIGEST_WINDOW_SECONDS,
+    DigestCloseResult,
+    DigestRequest,
+    digest_close,
+    digest_sweep,
+)
 from .event_intake import EventIntake, event_notification_accept
 from .outbox import delivery_message_send, notification_enqueue
 from .outcomes import retry_delay_seconds
 from .preferences import category_upsert, recipient_preferences_replace
+from .provider_feedback import (
+    CallbackRejected,
+    CallbackUnavailable,
+    FeedbackResult,
+    mailgun_event_record,
+    twilio_status_record,
+)
 from .quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check
 from .retention import PurgeReport, notification_purge
+from .status_events import (
+    api_client_rotate_webhook_secret,
+    api_client_set_status_webhook_url,
+    status_event_deliver,
+    status_event_payload,
+    status_event_record,
+    status_event_redrive,
+)
+from .suppressions import (
+    address_suppressed_reason,
+    addresses_suppressed_reasons,
+    suppression_delete,
+    suppression_remove,
+)
 from .sweeper import SweepReport, notification_sweep
 from .templates import (
     VARIANT_FIELDS,
@@ -50,32 +92,59 @@ from .templates import (
     template_variant_preview,
     template_variants_check,
 )
+from .topics import SubscribeResult, topic_subscribe, topic_unsubscribe, topic_upsert
 from .unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
 
 __all__ = [
     "RECIPIENT_FIELDS",
     "VARIANT_FIELDS",
     "AcceptResult",
+    "BroadcastRequest",
     "BatchItem",
+    "CallbackRejected",
+    "CallbackUnavailable",
+    "DEFAULT_DIGEST_MAX_ITEMS",
+    "MAX_DIGEST_ITEMS",
+    "MAX_DIGEST_KEY_LENGTH",
+    "MAX_DIGEST_WINDOW_SECONDS",
+    "MAX_CAP_COUNT",
+    "MAX_CAP_SECONDS",
     "DeliveryOutcome",
+    "DigestCloseResult",
+    "DigestRequest",
     "EventIntake",
+    "FeedbackResult",
     "NotificationRequest",
     "PurgeReport",
     "RedriveResult",
     "RenderedMessage",
     "SendRateLimited",
+    "SubscribeResult",
     "SweepReport",
     "UnsubscribeTarget",
+    "address_suppressed_reason",
+    "addresses_suppressed_reasons",
     "api_client_create",
+    "broadcast_cancel",
+    "broadcast_create",
+    "broadcast_fan_out",
+    "broadcast_fan_out_batch",
+    "broadcast_resume_stale",
     "api_client_get_or_create",
     "api_client_revoke",
     "api_client_rotate_token",
+    "api_client_rotate_webhook_secret",
+    "api_client_set_status_webhook_url",
     "category_upsert",
+    "recipient_cap_check",
     "dead_letter_discard",
     "dead_letter_record_event",
     "dead_letter_redrive",
     "dead_letter_republish",
+    "digest_close",
+    "digest_sweep",
     "delivery_message_send",
+    "mailgun_event_record",
     "event_notification_accept",
     "notification_accept",
     "notification_accept_batch",
@@ -92,12 +161,22 @@ __all__ = [
     "recipient_upsert",
     "request_fingerprint",
     "retry_delay_seconds",
+    "suppression_delete",
+    "suppression_remove",
+    "status_event_deliver",
+    "status_event_payload",
+    "status_event_record",
+    "status_event_redrive",
     "template_preview",
     "template_replace",
     "template_send_test",
     "template_variant_preview",
     "template_variants_check",
     "time_zone_check",
+    "twilio_status_record",
+    "topic_subscribe",
+    "topic_unsubscribe",
+    "topic_upsert",
     "unsubscribe_one_click",
     "unsubscribe_target",
     "unsubscribe_url",

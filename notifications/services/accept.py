@@ -25,18 +25,25 @@ from ..errors import (
 from ..models import (
     DEFAULT_CATEGORY,
     ApiClient,
+    Category,
     IdempotencyKey,
     IdempotencyKeyState,
     Notification,
     Priority,
+    Recipient,
     Status,
+    StatusEventType,
 )
 from ..selectors import notification_get, recipient_and_category
 from ..sql import insert_or_nothing
+from .caps import recipient_cap_take
 from .consent import consent_at_accept
 from .content import notification_content
+from .digests import DigestRequest, digest_join, digest_member_cancel, digest_member_mark, digest_member_request
 from .outbox import notification_enqueued_state, notification_publish
 from .preferences import category_for_client
+from .routing import route_plan
+from .status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 
@@ -57,6 +64,10 @@ class NotificationRequest:
     data: dict[str, Any] = field(default_factory=dict)
     category: str = DEFAULT_CATEGORY
     locale: str = ""  # else the recipient's, else DEFAULT_LOCALE
+    # A fallback route instead of ``channel``: tried in order until one delivers (services/routing.py).
+    channels: tuple[str, ...] = ()
+    # Gathered with the recipient's others of the same key and sent as one (services/digests.py).
+    digest: DigestRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -92,25 +103,30 @@ def notification_accept(
     """
     key = idempotency_key or str(uuid.uuid4())
     try:
-        notification = notification_build(client=client, request=request, idempotency_key=key)
+        notification = notification_build(client=client, request=digest_member_request(request), idempotency_key=key)
     except ValidationFailed:
         replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=timezone.now())
         if replay is not None:
             return replay
         raise
     now = notification.created_at
+    digest_member_mark(notification=notification, request=request)
+    cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
     delay_seconds = notification_enqueued_state(notification, now=now)
     body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
     with transaction.atomic():
         if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=now):
+            cap_slot.release()  # a replay sends nothing new
             replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=now)
             if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
                 raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
             return replay
+        digest_join(notification=notification, request=request, now=now)
         notification.save(force_insert=True)
         if notification.enqueued_at is not None:
             transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay_seconds))
         elif notification.status == Status.SUPPRESSED:
+            status_event_record(notifications=[notification], event_type=StatusEventType.SUPPRESSED)
             transaction.on_commit(
                 lambda: metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
             )
@@ -174,6 +190,10 @@ def notification_build(*, client: ApiClient, request: NotificationRequest, idemp
     recipient, category = recipient_and_category(client=client, user_id=request.user_id, category_key=request.category)
     if category is None:
         category = category_for_client(client=client, key=request.category)  # raises, naming the field
+    if request.channels:
+        return _notification_build_routed(
+            client=client, request=request, idempotency_key=idempotency_key, recipient=recipient, category=category
+        )
     if request.to:
         address = validate_address(request.channel, request.to, field="to")
     else:
@@ -199,7 +219,9 @@ def notification_build(*, client: ApiClient, request: NotificationRequest, idemp
     )
     now = timezone.now()
     due_at = max(request.send_at, now) if request.send_at else now
-    consent = consent_at_accept(category=category, recipient=recipient, channel=request.channel, due_at=due_at)
+    consent = consent_at_accept(
+        category=category, recipient=recipient, channel=request.channel, due_at=due_at, client_id=client.pk, address=address
+    )
     # Built, not saved: notification_accept writes it in the same transaction as its key.
     return Notification(
         id=uuid.uuid4(),
@@ -227,9 +249,72 @@ def notification_build(*, client: ApiClient, request: NotificationRequest, idemp
     )
 
 
+def _notification_build_routed(
+    *, client: ApiClient, request: NotificationRequest, idempotency_key: str, recipient: Recipient | None, category: Category
+) -> Notification:
+    """A fallback notification (``channels``): its content rendered for every channel of the route,
+    its route planned against the recipient's addresses and preferences, the first channel that
+    can be tried made current; suppressed when none can."""
+    if request.to:
+        raise ValidationFailed(
+            "give the recipient's addresses with PUT /api/v1/recipients/{user_id}: 'to' is one channel's address, "
+            "and 'channels' uses the stored address of each",
+            extra={"field": "to"},
+        )
+    contents = {
+        channel: notification_content(
+            client=client,
+            recipient=recipient,
+            category=category,
+            user_id=request.user_id,
+            channel=channel,
+            message=request.message,
+            subject=request.subject,
+            template=request.template,
+            data=request.data,
+            locale=request.locale,
+        )
+        for channel in request.channels
+    }
+    plan = route_plan(client=client, recipient=recipient, category=category, contents=contents)
+    channel = plan.first.channel if plan.first is not None else request.channels[0]
+    content = contents[channel]
+    now = timezone.now()
+    due_at = max(request.send_at, now) if request.send_at else now
+    hold_until = None
+    if plan.first is not None:
+        hold_until = consent_at_accept(category=category, recipient=recipient, channel=channel, due_at=due_at).hold_until
+    return Notification(
+        id=uuid.uuid4(),
+        client=client,
+        user_id=request.user_id,
+        channel=channel,
+        address=plan.first.address if plan.first is not None else "",
+        subject=content.subject,
+        message=content.message,
+        html_message=content.html_message,
+        headers=content.headers,
+        template_key=content.template_key,
+        locale=content.locale,
+        category=category,
+        metadata=request.metadata,
+        priority=request.priority,
+        send_at=request.send_at,
+        status=Status.SUPPRESSED if plan.first is None else Status.ACCEPTED,
+        suppressed_reason=plan.suppressed_reason,
+        next_attempt_at=hold_until or due_at,
+        idempotency_key=idempotency_key,
+        trace_id=tracing.current_trace_id(),
+        created_at=now,
+        route=plan.route,
+    )
+
+
 def notification_cancel(*, client: ApiClient, notification_id: Any) -> Notification:
     """Cancel a notification that has not started sending; InvalidTransition once it has."""
     notification = notification_get(client=client, notification_id=notification_id)
+    if notification.status == Status.DIGESTED:
+        return digest_member_cancel(notification=notification)
     if not Notification.transition(notification.pk, Status.CANCELLED):
         notification.refresh_from_db()
         raise InvalidTransition(

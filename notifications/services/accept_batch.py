@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..errors import IdempotencyConflict, NotificationError
-from ..models import ApiClient, IdempotencyKey, Notification
+from ..models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
 from ..sql import insert_rows_or_nothing
 from .accept import (
     AcceptResult,
@@ -21,7 +21,10 @@ from .accept import (
     idempotency_replay,
     notification_build,
 )
+from .caps import CapSlot, recipient_cap_take
+from .digests import digest_refused_in_batch
 from .outbox import delivery_message_send, notification_enqueued_state, notification_publish
+from .status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 
@@ -53,21 +56,30 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
             expired.append(record.key)
     first_of_key: dict[str, int] = {}
     built: list[tuple[int, Notification, dict[str, Any], float]] = []
+    cap_slots: dict[Any, CapSlot] = {}
     for index, item in enumerate(items):
         key = item.idempotency_key
         if key in live or key in first_of_key:
             continue  # answered below, from the stored key or the first item with it
         first_of_key[key] = index
         try:
+            digest_refused_in_batch(item.request.digest)
             notification = notification_build(client=client, request=item.request, idempotency_key=key)
         except NotificationError as exc:
             results[index] = exc
             continue
+        cap_slots[notification.id] = recipient_cap_take(notification=notification)  # may suppress it (throttled)
         delay = notification_enqueued_state(notification, now=notification.created_at)
         body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
         built.append((index, notification, body, delay))
 
-    taken = _insert(client=client, items=items, built=built, expired=expired, now=now)
+    taken: set[Any] = set()
+    try:
+        taken = _insert(client=client, items=items, built=built, expired=expired, now=now)
+    finally:  # what was not written (a replay, or the whole batch failing) gives its cap slot back
+        for notification_id, slot in cap_slots.items():
+            if notification_id not in taken:
+                slot.release()
     for index, notification, body, _ in built:
         if notification.id in taken:
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
@@ -106,6 +118,9 @@ def _insert(
         inserted_keys = insert_rows_or_nothing(IdempotencyKey, rows, conflict_fields=("client_id", "key"), returning="key")
         written = [notification for _, notification, _, _ in built if notification.idempotency_key in inserted_keys]
         Notification.objects.bulk_create(written)
+        status_event_record(
+            notifications=[n for n in written if n.status == Status.SUPPRESSED], event_type=StatusEventType.SUPPRESSED
+        )
     return {notification.id for notification in written}
 
 

@@ -19,6 +19,7 @@ from ..models import (
     ApiClient,
     Recipient,
 )
+from ..token_cache import known_tokens
 from .quiet_hours import quiet_hours_check, time_zone_check
 
 logger = logging.getLogger("notifications.services")
@@ -56,12 +57,14 @@ def api_client_rotate_token(*, client: ApiClient) -> str:
     token = client.set_new_token()
     client.token_rotated_at = timezone.now()
     client.save(update_fields=["token_hash", "token_prefix", "token_rotated_at"])
+    known_tokens.forget_all()  # the old token ends now in this process (API_TOKEN_CACHE_SECONDS in others)
     return token
 
 
 def api_client_revoke(*, client: ApiClient) -> None:
     ApiClient.objects.filter(pk=client.pk).update(is_active=False)
     client.is_active = False
+    known_tokens.forget_all()
 
 
 RECIPIENT_FIELDS = ("email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "quiet_hours")

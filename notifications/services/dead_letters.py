@@ -19,6 +19,7 @@ from ..models import (
     Status,
 )
 from .outbox import notification_enqueue
+from .routing import route_restart
 
 logger = logging.getLogger("notifications.services")
 
@@ -58,6 +59,11 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, by: Any) -> RedriveResult:
         if not claimed:
             dead_letter.refresh_from_db()
             return RedriveResult(False, f"already {dead_letter.get_resolution_display().lower()}")
+        # A fallback notification starts its route again from its first channel.
+        restart = route_restart(dead_letter.notification_id)
+        if restart is None:
+            transaction.set_rollback(True)
+            return RedriveResult(False, "no channel of its route can be tried now (no address, opted out or suppressed)")
         requeued = Notification.transition(
             dead_letter.notification_id,
             Status.QUEUED,
@@ -66,6 +72,7 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, by: Any) -> RedriveResult:
             next_attempt_at=now,
             enqueued_at=None,
             claimed_at=None,
+            **restart,
         )
         if not requeued:
             # Read before marking the rollback: no query may run in the block after set_rollback.

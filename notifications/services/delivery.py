@@ -20,17 +20,20 @@ from django.utils import timezone
 
 from .. import metrics, tracing
 from ..channels import OutgoingMessage, SendResult, channel_spec
-from ..channels.providers import get_provider, provider_account
+from ..channels.providers import provider_account
 from ..conf import get_config
 from ..errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ..models import AttemptOutcome, DeliveryAttempt, Notification, Status
+from ..models import AttemptOutcome, DeliveryAttempt, Notification, Status, StatusEventType
 from ..ratelimit import Reservation, reserve_send_slot
-from ..selectors import PendingDelivery, notifications_pending_delivery
+from ..selectors import notifications_pending_delivery
 from .consent import consent_before_send
+from .failover import provider_for_send, provider_send_record
 from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
+from .routing import routes_delivered
+from .status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 
@@ -108,23 +111,29 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
                 break
             taken, waiting = waiting[:chunk], waiting[chunk:]
             chunk_started = time.monotonic()
-            left, wait = _chunk_deliver(channel, taken, outcomes, pending)
+            left, wait = _chunk_deliver(channel, taken, outcomes, deadline=started + BATCH_SECONDS)
             if left:
                 come_back += left + waiting
                 retry_after = max(retry_after, wait)
                 break
             per_send = (time.monotonic() - chunk_started) / len(taken)
             chunk = max(1, min(get_config().delivery_batch_size, int(CHUNK_SECONDS / max(per_send, 1e-4))))
-    if come_back:
+    if come_back and retry_after > get_config().broker_delay_max_seconds:
+        # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
+        until = timezone.now() + timedelta(seconds=retry_after)
+        for pk in come_back:
+            Notification.hold(pk, until=until)
+            outcomes[pk] = DeliveryOutcome("held")
+    elif come_back:
         raise SendRateLimited(retry_after, notification_ids=come_back)
     return outcomes
 
 
 def _chunk_deliver(
-    channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], pending: dict[str, PendingDelivery]
+    channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], *, deadline: float
 ) -> tuple[list[str], float]:
     """Slots, claim, sends and records of one chunk of a channel; returns the ids that found no
-    slot and when to come back for them."""
+    slot, or no time before ``deadline``, and when to come back for them."""
     reservation = reserve_send_slot(channel_spec(channel).rate_limit_bucket, account=provider_account(channel), count=len(ids))
     if not reservation.reserved:
         metrics.record_rate_limited(channel=channel)
@@ -140,18 +149,32 @@ def _chunk_deliver(
         return ids, reservation.wait_seconds
     slotted, left = ids[: reservation.slots], ids[reservation.slots :]
     reserved_at = time.monotonic()
+    claimed = _notifications_claim(slotted)
     sent: list[_Sent] = []
-    for index, (notification, attempt) in enumerate(_notifications_claim(slotted)):
-        pause = reserved_at + reservation.slot_wait(index) - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        result = _notification_send(notification, attempt)
-        if isinstance(result, _Sent):
-            sent.append(result)
-        else:
-            outcomes[str(notification.pk)] = result
-    outcomes.update(_deliveries_record(sent))
-    return left, _come_back_after(reservation, left)
+    tried = 0
+    try:
+        for index, (notification, attempt) in enumerate(claimed):
+            if time.monotonic() > deadline:
+                break  # a slow provider: what is left goes back rather than past the time limit
+            pause = reserved_at + reservation.slot_wait(index) - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            tried += 1
+            result = _notification_send(notification, attempt)
+            if isinstance(result, _Sent):
+                sent.append(result)
+            else:
+                outcomes[str(notification.pk)] = result
+    finally:
+        # Whatever ended the loop (the deadline, an error, the actor's time limit), the sends the
+        # provider took are recorded and the claims never tried are given back, not left in
+        # ``sending`` for the sweeper to count as interrupted attempts.
+        outcomes.update(_deliveries_record(sent))
+        untried = [notification for notification, _ in claimed[tried:]]
+        if untried:
+            Notification.claims_release([n.pk for n in untried], claimed_at=claimed[0][1].started_at)
+    left = [str(n.pk) for n in untried] + left
+    return left, max(_come_back_after(reservation, left), 0.001 if untried else 0.0)
 
 
 def _come_back_after(reservation: Reservation, left: list[str]) -> float:
@@ -170,7 +193,8 @@ def _notifications_claim(ids: list[str]) -> list[tuple[Notification, DeliveryAtt
         position = {pk: index for index, pk in enumerate(ids)}
         notifications.sort(key=lambda n: position[str(n.pk)])
         attempts = DeliveryAttempt.objects.bulk_create(
-            DeliveryAttempt(notification=n, number=n.last_attempt_number + 1, started_at=now) for n in notifications
+            DeliveryAttempt(notification=n, number=n.last_attempt_number + 1, started_at=now, channel=n.channel)
+            for n in notifications
         )
     return list(zip(notifications, attempts, strict=True))
 
@@ -190,22 +214,28 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         html_body=notification.html_message,
         headers=notification.headers,
     )
+    # Provider failover: the first account of the channel whose circuit is not open (services/failover.py).
+    attempt.account, provider = provider_for_send(notification.channel)
     started = time.monotonic()
     with tracing.provider_span(notification, attempt.number) as span:
         try:
-            result = get_provider(notification.channel).send(message)
+            result = provider.send(message)
         except PermanentChannelError as exc:
             tracing.record_outcome(span, "permanent_error")
+            provider_send_record(notification.channel, attempt.account, ok=True)  # it answered: the account works
             return record_permanent_failure(notification, attempt, exc, started)
         except TransientChannelError as exc:
             tracing.record_outcome(span, "transient_error")
+            provider_send_record(notification.channel, attempt.account, ok=False)
             return record_transient_failure(notification, attempt, exc, started)
         except Exception as exc:
             # A provider bug is not the recipient's fault: retry it like a transient error.
             logger.exception("provider for %s raised unexpectedly", notification.channel)
             tracing.record_outcome(span, "transient_error")
+            provider_send_record(notification.channel, attempt.account, ok=False)
             return record_transient_failure(notification, attempt, exc, started)
         tracing.record_outcome(span, "delivered")
+    provider_send_record(notification.channel, attempt.account, ok=True)
     return _Sent(notification, attempt, result, time.monotonic() - started)
 
 
@@ -226,14 +256,20 @@ def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
         claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
     with transaction.atomic():
         DeliveryAttempt.objects.bulk_update(
-            [item.attempt for item in sent], ["outcome", "finished_at", "duration_ms", "provider_response"]
+            [item.attempt for item in sent], ["outcome", "finished_at", "duration_ms", "provider_response", "account"]
         )
         finished = sum(Notification.deliveries_finish(ids, claimed_at=at, delivered_at=now) for at, ids in claims.items())
+        routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
         lost = _claims_lost([item.notification.pk for item in sent], now=now) if finished < len(sent) else set()
+        # No statement unless a client has a status webhook (the claim returned its URL).
+        delivered = [item.notification for item in sent if str(item.notification.pk) not in lost]
+        status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
     outcomes: dict[str, DeliveryOutcome] = {}
     for item in sent:
         notification, pk = item.notification, str(item.notification.pk)
-        metrics.record_attempt(channel=notification.channel, outcome=AttemptOutcome.DELIVERED, seconds=item.seconds)
+        metrics.record_attempt(
+            channel=notification.channel, outcome=AttemptOutcome.DELIVERED, seconds=item.seconds, account=item.attempt.account
+        )
         if pk in lost:
             # The provider took it, but only after the sweeper had given this send up for lost:
             # the attempt says delivered, the notification follows its newer claim (it may go twice).

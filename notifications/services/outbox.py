@@ -76,6 +76,35 @@ def notification_enqueue(*, notification_id: Any) -> bool:
     return True
 
 
+def notifications_enqueue(*, notification_ids: list[Any]) -> int:
+    """Hand many pending notifications to the broker at once (a sweep); how many went. Those due
+    now go as batch messages (DELIVERY_BATCH_SIZE ids each, one AMQP transaction a priority) and
+    are marked in one UPDATE; one still waiting (a delayed message) goes on its own."""
+    rows = list(
+        Notification.objects.filter(pk__in=notification_ids, status__in=[Status.ACCEPTED, Status.QUEUED, Status.RETRYING])
+        .only("id", "status", "priority", "next_attempt_at")
+        .order_by()
+    )
+    now = timezone.now()
+    waiting = [n for n in rows if n.next_attempt_at and n.next_attempt_at > now]
+    sent = sum(notification_enqueue(notification_id=n.pk) for n in waiting)
+    due = [n for n in rows if n not in waiting]
+    for priority in sorted({n.priority for n in due}):
+        ids = [n.pk for n in due if n.priority == priority]
+        try:
+            delivery_message_send(notification_ids=[str(pk) for pk in ids], priority=priority)
+        except Exception:
+            logger.warning("could not enqueue %d notifications; the sweeper will retry", len(ids), exc_info=True)
+            continue
+        # After the publish, like notification_enqueue: a row a worker claimed meanwhile is left as it is.
+        Notification.objects.filter(pk__in=ids, status__in=[Status.ACCEPTED, Status.QUEUED]).update(
+            status=Status.QUEUED, enqueued_at=now, updated_at=now
+        )
+        Notification.objects.filter(pk__in=ids, status=Status.RETRYING).update(enqueued_at=now)
+        sent += len(ids)
+    return sent
+
+
 def notification_enqueued_state(notification: Notification, *, now: datetime) -> float:
     """Give an unsaved notification the state it is written in, so the publish after its commit
     needs no further write: ``queued`` and enqueued when due now, enqueued but still ``accepted``

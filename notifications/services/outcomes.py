@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,16 +23,20 @@ from ..models import (
     DeliveryAttempt,
     Notification,
     Status,
+    StatusEventType,
 )
 from .dead_letters import dead_letter_create
 from .outbox import notification_publish
+from .routing import route_advance, route_fields
+from .status_events import status_event_record
+from .suppressions import suppression_from_permanent_error
 
 logger = logging.getLogger("notifications.services")
 
 
 @dataclass(frozen=True)
 class DeliveryOutcome:
-    outcome: str  # delivered | retrying | failed | dead | skipped | suppressed | held
+    outcome: str  # delivered | retrying | failed | dead | skipped | suppressed | held | fallback (next channel)
     attempt_number: int = 0
 
 
@@ -55,12 +58,16 @@ def attempt_finish(
     seconds = None if started is None else time.monotonic() - started
     if seconds is not None:
         attempt.duration_ms = int(seconds * 1000)
-    metrics.record_attempt(channel=attempt.notification.channel, outcome=outcome, seconds=seconds)
+    metrics.record_attempt(
+        channel=attempt.channel or attempt.notification.channel, outcome=outcome, seconds=seconds, account=attempt.account
+    )
     if error is not None:
         attempt.error_class = f"{type(error).__module__}.{type(error).__qualname__}"
         attempt.error_message = str(error)[:4000]
     attempt.provider_response = response[:2000]
-    attempt.save(update_fields=["outcome", "finished_at", "duration_ms", "error_class", "error_message", "provider_response"])
+    attempt.save(
+        update_fields=["outcome", "finished_at", "duration_ms", "error_class", "error_message", "provider_response", "account"]
+    )
 
 
 def record_permanent_failure(
@@ -68,8 +75,16 @@ def record_permanent_failure(
 ) -> DeliveryOutcome:
     with transaction.atomic():
         attempt_finish(attempt, AttemptOutcome.PERMANENT_ERROR, error=exc, started=started)
-        if claim_finish(notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000]):
+        suppression_from_permanent_error(notification=notification, error=exc)  # an SMS STOP, a dead push token
+        # A fallback notification moves on to its next channel; only its last one fails it.
+        step = route_advance(notification, claimed_at=attempt.started_at, reason="permanent_error", error=str(exc))
+        if step.advanced:
+            return DeliveryOutcome("fallback", attempt.number)
+        if not step.lost and claim_finish(
+            notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000], **route_fields(step)
+        ):
             dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
+            status_event_record(notifications=[notification], event_type=StatusEventType.FAILED)
     # The code, not the provider's words: those can quote the recipient or echo the message, and
     # they are kept on the DeliveryAttempt for support staff.
     logger.warning(
@@ -100,10 +115,7 @@ def retry_delay_seconds(*, channel: str, attempt_number: int, retry_after: float
     """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^(n-1))), and never
     sooner than a provider's Retry-After, itself capped by the policy's cap (a Retry-After of a
     day must not park a notification for a day)."""
-    policy = get_config().retry_policy(channel)
-    ceiling = min(policy.cap_seconds, policy.base_seconds * (2 ** max(0, attempt_number - 1)))
-    delay = random.uniform(0, ceiling)
-    return max(delay, min(retry_after or 0.0, policy.cap_seconds))
+    return get_config().retry_policy(channel).delay_seconds(attempt_number, retry_after)
 
 
 def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException, *, claimed_at: datetime) -> str:
@@ -111,9 +123,16 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
     budget is spent; "skipped" when that claim is no longer current (see claim_finish)."""
     policy = get_config().retry_policy(notification.channel)
     if notification.attempt_count >= policy.max_attempts:
-        if not claim_finish(notification.pk, claimed_at=claimed_at, to=Status.DEAD, last_error=str(exc)[:4000]):
+        # A fallback notification moves on to its next channel, with that channel's own budget.
+        step = route_advance(notification, claimed_at=claimed_at, reason="retries_exhausted", error=str(exc))
+        if step.advanced:
+            return "fallback"
+        if step.lost or not claim_finish(
+            notification.pk, claimed_at=claimed_at, to=Status.DEAD, last_error=str(exc)[:4000], **route_fields(step)
+        ):
             return "skipped"
         dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
+        status_event_record(notifications=[notification], event_type=StatusEventType.DEAD)
         metrics.record_dead(channel=notification.channel)
         logger.warning(
             "notification %s is dead after %d attempts",

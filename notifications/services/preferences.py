@@ -12,6 +12,7 @@ from ..channels import CHANNEL_NAMES
 from ..errors import ValidationFailed
 from ..models import ApiClient, Category, Recipient, SuppressedReason
 from ..selectors import category_get, category_keys_known
+from .caps import recipient_cap_check
 
 # Per recipient; a preference per category and channel of a large catalogue still fits.
 MAX_PREFERENCE_CATEGORIES = 500
@@ -24,11 +25,17 @@ def key_check(key: str, *, field: str, max_length: int = 64) -> str:
     return key
 
 
-def category_upsert(*, client: ApiClient, key: str, critical: bool, default_enabled: bool) -> tuple[Category, bool]:
+def category_upsert(
+    *, client: ApiClient, key: str, critical: bool, default_enabled: bool, max_per_recipient: Any = None
+) -> tuple[Category, bool]:
     """Create or replace the client's category ``key``. A platform category of that key stays as it
-    is for every other client; this client's own now shadows it."""
+    is for every other client; this client's own now shadows it. ``max_per_recipient``: see services/caps.py."""
     key_check(key, field="category")
-    values = {"critical": critical, "default_enabled": default_enabled}
+    values = {
+        "critical": critical,
+        "default_enabled": default_enabled,
+        "max_per_recipient": recipient_cap_check(max_per_recipient),
+    }
     try:
         with transaction.atomic():
             return Category.objects.update_or_create(client=client, key=key, defaults=values)

@@ -1,4 +1,5 @@
-"""The outbox sweeper: enqueue what is due, re-enqueue what the broker lost, recover sends whose worker died."""
+"""The outbox sweeper: enqueue what is due, re-enqueue what the broker lost, recover sends whose
+worker died, and publish again the status events whose message is missing."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ from ..models import (
     Notification,
     Status,
 )
-from .outbox import notification_enqueue
+from .broadcasts import broadcast_resume_stale
+from .digests import digest_sweep
+from .outbox import notifications_enqueue
 from .outcomes import attempt_finish, schedule_retry_or_dead_letter
+from .status_events import status_event_sweep
 
 # Rows due this recently are left to the on-commit enqueue that is about to happen.
 SWEEP_GRACE_SECONDS = 2.0
@@ -35,6 +39,9 @@ class SweepReport:
     enqueued: int = 0
     requeued: int = 0
     recovered: int = 0
+    status_events: int = 0  # published again (not in ``total``, which counts notifications)
+    broadcasts: int = 0  # stalled fan-outs enqueued again (not in ``total`` either)
+    digests: int = 0  # digests closed whose close message never came (not in ``total`` either)
 
     @property
     def total(self) -> int:
@@ -54,16 +61,14 @@ def notification_sweep(*, now: datetime | None = None) -> SweepReport:
         status__in=[Status.ACCEPTED, Status.RETRYING],
         next_attempt_at__lte=now - timedelta(seconds=SWEEP_GRACE_SECONDS),
     ).values_list("pk", flat=True)[:SWEEP_BATCH]
-    for pk in list(due):
-        report.enqueued += notification_enqueue(notification_id=pk)
+    report.enqueued += notifications_enqueue(notification_ids=list(due))
 
     lost = Notification.objects.filter(
         Q(enqueued_at__lt=now - queued_timeout)
         | Q(enqueued_at__isnull=True, updated_at__lt=now - timedelta(seconds=SWEEP_GRACE_SECONDS)),
         status=Status.QUEUED,
     ).values_list("pk", flat=True)[:SWEEP_BATCH]
-    for pk in list(lost):
-        report.requeued += notification_enqueue(notification_id=pk)
+    report.requeued += notifications_enqueue(notification_ids=list(lost))
 
     stuck = Notification.objects.filter(
         status=Status.SENDING, claimed_at__lt=now - timedelta(seconds=config.sending_timeout_seconds)
@@ -72,6 +77,9 @@ def notification_sweep(*, now: datetime | None = None) -> SweepReport:
         report.recovered += _notification_recover_interrupted(
             notification_id=pk, claimed_before=now - timedelta(seconds=config.sending_timeout_seconds)
         )
+    report.status_events = status_event_sweep(now=now, grace_seconds=SWEEP_GRACE_SECONDS)
+    report.broadcasts = broadcast_resume_stale(now=now)
+    report.digests = digest_sweep(now=now)
     return report
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from notifications.conf import BULK_QUEUE, HIGH_QUEUE
+from notifications.conf import BROADCAST_QUEUE, BULK_QUEUE, HIGH_QUEUE, STATUS_EVENT_QUEUE
 from notifications.metrics import worker_metrics_environment
 
 
@@ -23,7 +23,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--processes", "-p", type=int, default=2)
         parser.add_argument("--threads", "-t", type=int, default=8)
-        parser.add_argument("--queues", "-Q", nargs="*", default=[HIGH_QUEUE, BULK_QUEUE])
+        parser.add_argument("--queues", "-Q", nargs="*", default=[HIGH_QUEUE, BULK_QUEUE, STATUS_EVENT_QUEUE, BROADCAST_QUEUE])
         parser.add_argument("--worker-shutdown-timeout", type=int, default=30_000, help="Milliseconds.")
 
     def handle(

@@ -1,0 +1,78 @@
+"""The client API: the authenticated client's own settings (its status webhook) and its webhook secret."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import services
+from ..models import ApiClient
+from .schema import api_operation
+from .serializers import RefusesUnknownFields, StrictCharField
+from .views import _client, _require_object
+
+STATUS_WEBHOOK_HELP = (
+    "Where the client's status events (notification.delivered, .failed, .dead, .suppressed, .bounced, "
+    ".complained) are POSTed, signed with the webhook secret; an http(s) URL that passes the webhook channel's "
+    "rules (no private, loopback or link-local address unless WEBHOOK_ALLOW_HOSTS lists it). Empty: no events."
+)
+
+
+class ClientSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """The client as it sees itself; never its webhook secret (POST /client/webhook-secret makes a new one)."""
+
+    status_webhook_url = serializers.CharField(help_text=STATUS_WEBHOOK_HELP)
+
+    class Meta:
+        model = ApiClient
+        fields = ["name", "token_prefix", "status_webhook_url", "created_at", "token_rotated_at"]
+        read_only_fields = fields
+
+
+class ClientUpdateSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+    status_webhook_url = StrictCharField(max_length=2000, allow_blank=True, required=False, help_text=STATUS_WEBHOOK_HELP)
+
+
+class WebhookSecretSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    webhook_secret = serializers.CharField(
+        help_text='Signs webhooks and status events (X-Signature: sha256=HMAC-SHA256 over "{X-Timestamp}.{body}"). '
+        "Shown this once only."
+    )
+
+
+class ClientView(APIView):
+    @api_operation("client_retrieve", {200: ClientSerializer})
+    def get(self, request: Request) -> Response:
+        return Response(ClientSerializer(_client(request)).data)
+
+    @api_operation(
+        "client_update",
+        {
+            200: ClientSerializer,
+            400: "status_webhook_url is not an http(s) URL, or its host resolves to a private, loopback or link-local "
+            "address (or does not resolve); or an unknown field. `field` names it.",
+        },
+        request=ClientUpdateSerializer,
+    )
+    def patch(self, request: Request) -> Response:
+        serializer = ClientUpdateSerializer(data=_require_object(request.data))
+        serializer.is_valid(raise_exception=True)
+        client = _client(request)
+        if "status_webhook_url" in serializer.validated_data:
+            client = services.api_client_set_status_webhook_url(
+                client=client, url=serializer.validated_data["status_webhook_url"]
+            )
+        return Response(ClientSerializer(client).data)
+
+
+class ClientWebhookSecretView(APIView):
+    @api_operation(
+        "client_webhook_secret_rotate",
+        {201: OpenApiResponse(WebhookSecretSerializer, description="The new secret; the previous one signs nothing more.")},
+    )
+    def post(self, request: Request) -> Response:
+        secret = services.api_client_rotate_webhook_secret(client=_client(request))
+        return Response({"webhook_secret": secret}, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})

@@ -1,0 +1,398 @@
+"""Digests: a recipient's notifications of one digest key gathered over a window and sent as one.
+
+The first accepted request of a (client, user_id, key) opens a digest; later ones inside its
+window join it as members (status ``digested``, nothing sent of their own). When the window ends,
+or ``max_items`` members have joined, the digest closes: one notification is made from the first
+request's template, rendered with ``items`` (each member's ``data``, in created order) and
+``count``, and sent like any other; a digest whose members were all cancelled sends nothing.
+
+Correct by construction under concurrency: a partial unique index allows one ``open`` digest per
+key, so concurrent accepts ``INSERT ... ON CONFLICT DO NOTHING`` and then all lock the one row that
+won (``SELECT ... FOR UPDATE``) to join it, inside the accept's own transaction. The close holds the
+same row lock for its whole transaction, and a member's cancel takes it too, so a member is either
+in the items or cancelled, never both, and two closers never both send.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+import dramatiq
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from .. import metrics, tracing
+from ..conf import DIGEST_CLOSE_ROUTE, get_config
+from ..errors import InvalidTransition, NotificationError, ValidationFailed
+from ..models import UNCLOSED_DIGEST_STATUSES, Digest, DigestStatus, Notification, Status
+from ..selectors import recipient_get
+from ..sql import insert_rows_or_nothing
+from .caps import recipient_cap_take
+from .consent import consent_at_accept
+from .content import notification_content
+from .outbox import notification_enqueued_state, notification_publish
+
+logger = logging.getLogger("notifications.services")
+
+MAX_DIGEST_KEY_LENGTH = 100
+MAX_DIGEST_WINDOW_SECONDS = 24 * 3600
+MAX_DIGEST_ITEMS = 1000
+DEFAULT_DIGEST_MAX_ITEMS = 100
+# A close message may arrive a moment before closes_at (clocks, the broker's delay rounding):
+# within this it closes anyway instead of leaving the digest to the sweeper.
+CLOSE_EARLY_TOLERANCE_SECONDS = 1.0
+# Due digests this recent are left to their close message (or the close right after a commit).
+DIGEST_SWEEP_GRACE_SECONDS = 2.0
+DIGEST_SWEEP_BATCH = 200
+# An accept finds the open digest closed under it at most a few times in a row (each time a closer
+# or an expired window took it); past this something else is wrong.
+MAX_JOIN_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class DigestRequest:
+    """``digest`` of POST /notifications: gather by ``key`` for ``window_seconds``, at most ``max_items``."""
+
+    key: str
+    window_seconds: int
+    max_items: int = DEFAULT_DIGEST_MAX_ITEMS
+
+
+class _Requested(Protocol):
+    """What this module reads of a NotificationRequest (services/accept.py, which imports this one)."""
+
+    @property
+    def digest(self) -> DigestRequest | None: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def template(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def locale(self) -> str: ...
+    @property
+    def send_at(self) -> datetime | None: ...
+
+
+R = TypeVar("R", bound=_Requested)
+
+
+def digest_request_check(
+    digest: DigestRequest, *, template: str, send_at: datetime | None, channels: tuple[str, ...] = ()
+) -> None:
+    """ValidationFailed naming the field when ``digest`` cannot be honoured: its limits, and a
+    request it cannot go with (a message without template, ``send_at``, a fallback route)."""
+    if not isinstance(digest.key, str) or not 1 <= len(digest.key) <= MAX_DIGEST_KEY_LENGTH:
+        raise ValidationFailed(f"digest.key is 1 to {MAX_DIGEST_KEY_LENGTH} characters", extra={"field": "digest.key"})
+    for name, maximum in (("window_seconds", MAX_DIGEST_WINDOW_SECONDS), ("max_items", MAX_DIGEST_ITEMS)):
+        value = getattr(digest, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+            raise ValidationFailed(f"digest.{name} is a whole number from 1 to {maximum}", extra={"field": f"digest.{name}"})
+    if not template:
+        raise ValidationFailed(
+            "a digest is sent rendered from a template with items and count: give template, with data for each item",
+            extra={"field": "template"},
+        )
+    if send_at is not None:
+        raise ValidationFailed("a digest is sent when its window ends; leave send_at out", extra={"field": "send_at"})
+    if channels:
+        raise ValidationFailed("a digest is sent on one channel; give channel, not channels", extra={"field": "channels"})
+
+
+def digest_render_data(items: list[Any]) -> dict[str, Any]:
+    """What a digest's template is rendered with."""
+    return {"items": items, "count": len(items)}
+
+
+def digest_member_request(request: R) -> R:
+    """The request a digest member is built from: checked, and its template rendered as a digest
+    of this one item (the member's message shows that, and a template that cannot render a digest
+    is refused now, naming the field, rather than at the close). Other requests are as given."""
+    if request.digest is None:
+        return request
+    digest_request_check(
+        request.digest, template=request.template, send_at=request.send_at, channels=getattr(request, "channels", ())
+    )
+    return dataclasses.replace(request, data=digest_render_data([request.data]))  # type: ignore[type-var]
+
+
+def digest_member_mark(*, notification: Notification, request: _Requested) -> None:
+    """Make a built notification a digest member (``digested``, not enqueued, its ``data`` kept for
+    the items) when it asks for a digest and would be sent; one its recipient's preferences
+    suppress is suppressed as usual and joins nothing."""
+    if request.digest is None or notification.status != Status.ACCEPTED:
+        return
+    notification.status = Status.DIGESTED
+    notification.digest_data = request.data
+    notification.next_attempt_at = None
+    notification.enqueued_at = None
+
+
+def digest_join(*, notification: Notification, request: _Requested, now: datetime) -> None:
+    """Join a member to its key's open digest, opening one if there is none, inside the accept's
+    transaction (which must be open): sets ``notification.digest_id``. A digest that reaches
+    ``max_items``, or whose window has ended, is marked closing and closed right after the commit;
+    a new one gets its close message. Members keep the window and max_items of the request that
+    opened their digest."""
+    digest = request.digest
+    if digest is None or notification.status != Status.DIGESTED:
+        return
+    for _ in range(MAX_JOIN_ATTEMPTS):
+        opened_id = _digest_open(notification=notification, request=request, digest=digest, now=now)
+        row = (
+            Digest.objects.select_for_update()
+            .filter(client_id=notification.client_id, user_id=notification.user_id, key=digest.key, status=DigestStatus.OPEN)
+            .only("id", "closes_at", "item_count", "max_items")
+            .first()
+        )
+        if row is None:
+            continue  # a closer took it between our insert and our lock: open the next one
+        if row.closes_at <= now:
+            # Its window is over and its closer has not run yet: this request starts the next one.
+            Digest.objects.filter(pk=row.pk).update(status=DigestStatus.CLOSING, updated_at=now)
+            _close_after_commit(row.pk)
+            continue
+        break
+    else:  # pragma: no cover - needs a closer to win every one of MAX_JOIN_ATTEMPTS races
+        raise NotificationError("could not join the digest; retry", code="digest_busy")
+    full = row.item_count + 1 >= row.max_items
+    Digest.objects.filter(pk=row.pk).update(
+        item_count=F("item_count") + 1, updated_at=now, **({"status": DigestStatus.CLOSING} if full else {})
+    )
+    notification.digest_id = row.pk
+    if full:
+        _close_after_commit(row.pk)
+    elif opened_id == row.pk:
+        delay = (row.closes_at - now).total_seconds()
+        transaction.on_commit(lambda: digest_close_schedule(digest_id=row.pk, delay_seconds=delay))
+
+
+def _digest_open(*, notification: Notification, request: _Requested, digest: DigestRequest, now: datetime) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` of a new open digest: its id when it went in, None
+    when the key has an open one (a concurrent insert waits for the other transaction to end)."""
+    values = {
+        "id": uuid.uuid4(),
+        "client_id": notification.client_id,
+        "user_id": notification.user_id,
+        "key": digest.key,
+        "status": DigestStatus.OPEN,
+        "opened_at": now,
+        "closes_at": now + timedelta(seconds=digest.window_seconds),
+        "max_items": digest.max_items,
+        "item_count": 0,
+        "channel": notification.channel,
+        "address": notification.address,
+        "template_key": notification.template_key,
+        # As the request gave them: the digest's notification is rendered again at the close.
+        "locale": request.locale,
+        "subject": request.subject,
+        "priority": notification.priority,
+        "metadata": notification.metadata,
+        "category_id": notification.category_id,
+        "updated_at": now,
+    }
+    # No conflict target: the one unique index that can conflict is the partial one, which
+    # ON CONFLICT (columns) would have to name with its WHERE clause.
+    inserted = insert_rows_or_nothing(Digest, [values], conflict_fields=(), returning="id")
+    return next(iter(inserted), None)
+
+
+def _close_after_commit(digest_id: Any) -> None:
+    transaction.on_commit(lambda: _close_quietly(digest_id))
+
+
+def _close_quietly(digest_id: Any) -> None:
+    """The close right after an accept's commit: a failure leaves the digest closing, and the
+    sweeper closes it; the accept that triggered it has already succeeded."""
+    try:
+        digest_close(digest_id=digest_id)
+    except Exception:
+        logger.warning("could not close digest %s now; the sweeper will", digest_id, exc_info=True)
+
+
+def digest_close_schedule(*, digest_id: Any, delay_seconds: float) -> bool:
+    """Publish the close message of a new digest for its window's end, when that is within
+    BROKER_DELAY_MAX_SECONDS (a longer wait stays in PostgreSQL: the sweeper closes it)."""
+    if delay_seconds > get_config().broker_delay_max_seconds:
+        return False
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name=DIGEST_CLOSE_ROUTE.queue_name,
+        actor_name=DIGEST_CLOSE_ROUTE.actor_name,
+        args=(str(digest_id),),
+        kwargs={},
+        options={},
+    )
+    try:
+        dramatiq.get_broker().enqueue(message, delay=max(1, int(delay_seconds * 1000)))
+    except Exception:
+        logger.warning("could not publish the close of digest %s; the sweeper will close it", digest_id, exc_info=True)
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class DigestCloseResult:
+    outcome: str  # sent, empty, not_due, closed (already, by another closer)
+    notification_id: str = ""
+    count: int = 0
+
+
+def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseResult:
+    """Close a digest whose window has ended or that is full: one transaction holding its row lock
+    makes its one notification from the members still ``digested`` (or none when all were
+    cancelled: ``empty``) and marks it closed. A second closer waits on the lock, then finds it
+    closed; an open digest not yet due is left as it is."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        digest = (
+            Digest.objects.select_for_update(of=("self",))
+            .select_related("client", "category")
+            .filter(pk=digest_id, status__in=UNCLOSED_DIGEST_STATUSES)
+            .first()
+        )
+        if digest is None:
+            return DigestCloseResult("closed")
+        if digest.status == DigestStatus.OPEN and digest.closes_at > now + timedelta(seconds=CLOSE_EARLY_TOLERANCE_SECONDS):
+            return DigestCloseResult("not_due")
+        items = list(
+            Notification.objects.filter(digest=digest, status=Status.DIGESTED)
+            .order_by("created_at", "id")
+            .values_list("digest_data", flat=True)
+        )
+        digest.closed_at = now
+        if not items:
+            digest.status = DigestStatus.EMPTY
+            digest.save(update_fields=["status", "closed_at", "updated_at"])
+            return DigestCloseResult("empty")
+        notification = _digest_notification(digest=digest, items=items, now=now)
+        delay = notification_enqueued_state(notification, now=now)
+        recipient_cap_take(notification=notification)
+        notification.save(force_insert=True)
+        digest.status = DigestStatus.SENT
+        digest.notification = notification
+        digest.save(update_fields=["status", "notification", "closed_at", "updated_at"])
+        if notification.enqueued_at is not None:
+            transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
+        elif notification.status == Status.SUPPRESSED:
+            channel, reason = notification.channel, notification.suppressed_reason
+            transaction.on_commit(lambda: metrics.record_suppressed(channel=channel, reason=reason))
+    logger.info(
+        "digest %s closed with %d items as notification %s",
+        digest.pk,
+        len(items),
+        notification.pk,
+        extra={"notification_id": str(notification.pk)},
+    )
+    return DigestCloseResult("sent", notification_id=str(notification.pk), count=len(items))
+
+
+def _digest_notification(*, digest: Digest, items: list[Any], now: datetime) -> Notification:
+    """The one notification of a digest, not yet saved: its template rendered with the items, its
+    recipient's consent and quiet hours as they are now. One that cannot be rendered any more (the
+    template was changed or deleted since, or the items make it too large) is made ``failed``
+    with the reason, so the digest's outcome is visible rather than lost."""
+    recipient = recipient_get(client=digest.client, user_id=digest.user_id)
+    notification = Notification(
+        id=uuid.uuid4(),
+        client=digest.client,
+        user_id=digest.user_id,
+        channel=digest.channel,
+        address=digest.address,
+        category=digest.category,
+        metadata=digest.metadata,
+        priority=digest.priority,
+        status=Status.ACCEPTED,
+        next_attempt_at=now,
+        idempotency_key=f"digest:{digest.pk}",
+        trace_id=tracing.current_trace_id(),
+        created_at=now,
+        digest=digest,
+        template_key=digest.template_key,
+    )
+    try:
+        content = notification_content(
+            client=digest.client,
+            recipient=recipient,
+            category=digest.category,
+            user_id=digest.user_id,
+            channel=digest.channel,
+            message="",
+            subject=digest.subject,
+            template=digest.template_key,
+            data=digest_render_data(items),
+            locale=digest.locale,
+        )
+    except ValidationFailed as exc:
+        notification.status = Status.FAILED
+        notification.message = ""
+        notification.last_error = f"the digest could not be rendered: {exc.message}"[:2000]
+        return notification
+    notification.subject = content.subject
+    notification.message = content.message
+    notification.html_message = content.html_message
+    notification.headers = content.headers
+    notification.locale = content.locale
+    consent = consent_at_accept(category=digest.category, recipient=recipient, channel=digest.channel, due_at=now)
+    if consent.suppressed_reason:
+        notification.status = Status.SUPPRESSED
+        notification.suppressed_reason = consent.suppressed_reason
+    elif consent.hold_until is not None:
+        notification.next_attempt_at = consent.hold_until
+    return notification
+
+
+def digest_member_cancel(*, notification: Notification) -> Notification:
+    """Cancel a digest's member while its digest is not yet closed: under the digest's row lock,
+    so the close either collected it already (then this is refused) or never will."""
+    with transaction.atomic():
+        digest_id = notification.digest_id
+        digest = (
+            None if digest_id is None else Digest.objects.select_for_update().filter(pk=digest_id).only("id", "status").first()
+        )
+        cancelled = (
+            digest is not None
+            and digest.status in UNCLOSED_DIGEST_STATUSES
+            and Notification.transition(notification.pk, Status.CANCELLED, only_from=[Status.DIGESTED])
+        )
+        if cancelled and digest is not None:
+            Digest.objects.filter(pk=digest.pk).update(item_count=F("item_count") - 1, updated_at=timezone.now())
+    notification.refresh_from_db()
+    if not cancelled:
+        raise InvalidTransition(
+            f"a notification that is {notification.status} and whose digest is closed can no longer be cancelled",
+            extra={"status": notification.status},
+        )
+    return notification
+
+
+def digest_sweep(*, now: datetime) -> int:
+    """Close the digests that are due and that no close message closed: windows longer than
+    BROKER_DELAY_MAX_SECONDS, a lost message, a closer that died after an accept's commit."""
+    grace = now - timedelta(seconds=DIGEST_SWEEP_GRACE_SECONDS)
+    due = Digest.objects.filter(
+        Q(status=DigestStatus.OPEN, closes_at__lte=grace) | Q(status=DigestStatus.CLOSING, updated_at__lte=grace)
+    ).values_list("pk", flat=True)[:DIGEST_SWEEP_BATCH]
+    closed = 0
+    for pk in list(due):
+        try:
+            closed += digest_close(digest_id=pk, now=now).outcome in ("sent", "empty")
+        except Exception:
+            logger.warning("could not close digest %s; the next sweep tries again", pk, exc_info=True)
+    return closed
+
+
+def digest_refused_in_batch(digest: DigestRequest | None) -> None:
+    """A batch item may not ask for a digest: a batch is written in one multi-row INSERT, and
+    joining digests takes a row lock per key; each such request goes on its own."""
+    if digest is not None:
+        raise ValidationFailed(
+            "digest is not taken in a batch; POST a notification with a digest to /api/v1/notifications",
+            extra={"field": "digest"},
+        )

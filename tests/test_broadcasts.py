@@ -1,0 +1,365 @@
+"""Broadcasts: accepted once per key, fanned out into one notification per subscriber (consent and
+locale applied per recipient), counted, cancelled, and resumed after a crash. Service-level tests
+run the fan-out in this process; the end-to-end ones run real worker and sweeper processes on
+RabbitMQ and deliver webhooks to a local receiver."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import dramatiq
+import pytest
+from django.db.models import Count
+from django.utils import timezone
+from django_dramatiq.middleware import DbConnectionsMiddleware
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import CurrentMessage, Retries
+from rest_framework.test import APIClient
+
+from notifications import actors, services
+from notifications.conf import BROADCAST_QUEUE, BULK_QUEUE, HIGH_QUEUE
+from notifications.models import ApiClient, Broadcast, BroadcastStatus, Notification, Recipient, Status, TemplateVariant
+
+from .factories import make_template
+from .fakes import override_notifications
+from .faults import FaultPlatform, WebhookReceiver
+
+# --- Helpers -------------------------------------------------------------------------------------
+
+
+def subscribe(client: ApiClient, topic: str, count: int, *, start: int = 0, **fields: Any) -> list[str]:
+    """``count`` stored recipients (``fields`` for each; ``{n}`` in a str is replaced by its number)
+    subscribed to ``topic`` (made if needed) through the service; returns their user ids."""
+    services.topic_upsert(client=client, key=topic, name=topic)
+    user_ids = [f"u{n}" for n in range(start, start + count)]
+    Recipient.objects.bulk_create(
+        Recipient(
+            client=client,
+            user_id=user_id,
+            **{name: value.format(n=user_id) if isinstance(value, str) else value for name, value in fields.items()},
+        )
+        for user_id in user_ids
+    )
+    for first in range(0, count, 1000):
+        services.topic_subscribe(client=client, key=topic, user_ids=user_ids[first : first + 1000])
+    return user_ids
+
+
+def post_broadcast(api: APIClient, body: dict[str, Any], key: str = "launch-1") -> Any:
+    return api.post("/api/v1/broadcasts", body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def fan_out_here(broadcast_id: Any) -> services.broadcasts.FanOutReport:
+    """The fan-out, run in this process to its end (what the actor does)."""
+    return services.broadcast_fan_out(broadcast_id=broadcast_id, slice_seconds=600)
+
+
+def counts(api: APIClient, broadcast_id: Any) -> dict[str, Any]:
+    response = api.get(f"/api/v1/broadcasts/{broadcast_id}")
+    assert response.status_code == 200, response.content
+    return dict(response.json())
+
+
+EMAIL_BODY = {"topic": "news", "channel": "email", "message": "We launched!", "subject": "Launch"}
+
+
+# --- Accepting -----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_same_broadcast_posted_twice_with_its_key_makes_one(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
+    subscribe(client_and_token[0], "news", 3, email="{n}@example.com")
+    first = post_broadcast(api, EMAIL_BODY)
+    assert first.status_code == 202, first.content
+    assert first.json()["status"] == "pending"
+    again = post_broadcast(api, dict(reversed(list(EMAIL_BODY.items()))))  # same body, other key order
+    assert again.status_code == 202
+    assert again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert Broadcast.objects.count() == 1
+
+    different = post_broadcast(api, {**EMAIL_BODY, "message": "We launched again!"})
+    assert different.status_code == 422
+    assert Broadcast.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_broadcast_is_checked_when_posted(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
+    make_template("launch", body="Hello {{ name }}")
+    subscribe(client_and_token[0], "news", 1, email="{n}@example.com")
+    unknown_topic = post_broadcast(api, {**EMAIL_BODY, "topic": "nope"}, key="k1")
+    assert unknown_topic.status_code == 400 and unknown_topic.json()["error"]["field"] == "topic"
+    missing_variable = post_broadcast(api, {"topic": "news", "template": "launch", "data": {}}, key="k2")
+    assert missing_variable.status_code == 400 and missing_variable.json()["error"]["field"] == "data.name"
+    both = post_broadcast(api, {**EMAIL_BODY, "channels": ["email"]}, key="k3")
+    assert both.status_code == 400 and both.json()["error"]["field"] == "channels"
+    unknown_category = post_broadcast(api, {**EMAIL_BODY, "category": "nope"}, key="k4")
+    assert unknown_category.status_code == 400 and unknown_category.json()["error"]["field"] == "category"
+    assert not Broadcast.objects.exists()
+
+
+# --- Fanning out, in this process -----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_subscriber_who_opted_out_is_suppressed_and_counted(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
+    client = client_and_token[0]
+    subscribe(client, "news", 5, email="{n}@example.com")
+    api.put("/api/v1/recipients/u3/preferences", {"channels": {"email": False}}, format="json")
+    Recipient.objects.filter(user_id="u4").update(email="")  # nowhere to send it
+    broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
+
+    report = fan_out_here(broadcast_id)
+
+    assert report.created == 5
+    by_user = {n.user_id: n for n in Notification.objects.filter(broadcast_id=broadcast_id)}
+    assert by_user["u3"].status == Status.SUPPRESSED and by_user["u3"].suppressed_reason == "preference"
+    assert by_user["u4"].status == Status.SUPPRESSED and by_user["u4"].suppressed_reason == "no_address"
+    assert {by_user[u].status for u in ("u0", "u1", "u2")} == {Status.QUEUED}
+    assert by_user["u0"].address == "u0@example.com" and by_user["u0"].subject == "Launch"
+    assert by_user["u0"].headers["List-Unsubscribe"].startswith("<")  # as an accepted email would have
+    body = counts(api, broadcast_id)
+    assert body["status"] == "sent"
+    assert (body["total"], body["created"], body["suppressed"], body["pending"]) == (5, 5, 2, 3)
+
+
+@pytest.mark.django_db
+def test_each_subscriber_gets_the_template_in_its_own_locale(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
+    template = make_template("launch", subject="Hello {{ name }}", body="Hello {{ name }}", html_body="")
+    TemplateVariant.objects.create(template=template, channel="email", locale="fr", subject="Bonjour {{ name }}", body="Bonjour")
+    client = client_and_token[0]
+    subscribe(client, "news", 2, email="{n}@example.com")
+    Recipient.objects.filter(user_id="u1").update(locale="fr-CA")
+    broadcast_id = post_broadcast(api, {"topic": "news", "template": "launch", "data": {"name": "Ann"}}).json()["id"]
+
+    fan_out_here(broadcast_id)
+
+    by_user = {n.user_id: n for n in Notification.objects.filter(broadcast_id=broadcast_id)}
+    assert (by_user["u0"].subject, by_user["u0"].locale) == ("Hello Ann", "en")
+    assert (by_user["u1"].subject, by_user["u1"].locale) == ("Bonjour Ann", "fr")
+    assert by_user["u0"].template_key == "launch"
+
+
+@pytest.mark.django_db
+def test_a_resumed_fan_out_makes_no_duplicate_and_misses_nobody(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
+    client = client_and_token[0]
+    user_ids = subscribe(client, "news", 25, email="{n}@example.com")
+    broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
+    with override_notifications(BROADCAST_BATCH_SIZE=4):
+        assert services.broadcast_fan_out(broadcast_id=broadcast_id, slice_seconds=0).batches == 1  # a slice ends
+        services.broadcast_fan_out_batch(broadcast_id=broadcast_id)
+        # As if the cursor's advance had been lost: the same subscribers are read again.
+        Broadcast.objects.filter(pk=broadcast_id).update(cursor=0)
+        fan_out_here(broadcast_id)
+
+    made = Notification.objects.filter(broadcast_id=broadcast_id)
+    assert sorted(made.values_list("user_id", flat=True)) == sorted(user_ids)
+    assert counts(api, broadcast_id)["created"] == 25
+
+
+@pytest.mark.django_db
+def test_cancel_mid_fan_out_stops_it_and_cancels_what_has_not_started_sending(
+    api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    subscribe(client_and_token[0], "news", 10, email="{n}@example.com")
+    broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
+    with override_notifications(BROADCAST_BATCH_SIZE=3):
+        services.broadcast_fan_out(broadcast_id=broadcast_id, slice_seconds=0)  # one batch of 3
+        sending = Notification.objects.filter(broadcast_id=broadcast_id).order_by("user_id").first()
+        assert sending is not None
+        Notification.objects.filter(pk=sending.pk).update(status=Status.SENDING)
+
+        cancelled = api.post(f"/api/v1/broadcasts/{broadcast_id}/cancel")
+        assert cancelled.status_code == 200, cancelled.content
+        report = fan_out_here(broadcast_id)
+
+    assert report.created == 0 and report.finished
+    body = counts(api, broadcast_id)
+    assert body["status"] == "cancelled"
+    assert (body["created"], body["cancelled"], body["pending"]) == (3, 2, 1)  # the one sending goes on
+    assert api.post(f"/api/v1/broadcasts/{broadcast_id}/cancel").status_code == 409
+
+
+@pytest.mark.django_db
+def test_the_notification_list_filters_by_broadcast(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
+    subscribe(client_and_token[0], "news", 3, email="{n}@example.com")
+    broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
+    fan_out_here(broadcast_id)
+    api.post("/api/v1/notifications", {"user_id": "u0", "message": "alone"}, format="json")
+
+    listed = api.get(f"/api/v1/notifications?broadcast={broadcast_id}").json()["results"]
+    assert sorted(n["user_id"] for n in listed) == ["u0", "u1", "u2"]
+    assert len(api.get("/api/v1/notifications").json()["results"]) == 4
+    assert api.get("/api/v1/notifications?broadcast=nope").status_code == 400
+
+
+@pytest.fixture
+def stub_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubBroker]:
+    broker = StubBroker(middleware=[Retries(), CurrentMessage(), DbConnectionsMiddleware()])
+    for actor in (actors.fan_out_broadcast, actors.deliver_notification, actors.deliver_bulk_notification):
+        monkeypatch.setattr(actor, "broker", broker)
+        broker.declare_actor(actor)
+    original = dramatiq.get_broker()
+    dramatiq.set_broker(broker)
+    try:
+        yield broker
+    finally:
+        dramatiq.set_broker(original)
+        broker.close()
+
+
+@pytest.mark.django_db
+def test_the_sweeper_enqueues_a_stalled_fan_out_again_once(
+    api: APIClient, client_and_token: tuple[ApiClient, str], stub_broker: StubBroker
+) -> None:
+    subscribe(client_and_token[0], "news", 2, email="{n}@example.com")
+    stalled = post_broadcast(api, EMAIL_BODY, key="a").json()["id"]
+    fresh = post_broadcast(api, EMAIL_BODY, key="b").json()["id"]
+    Broadcast.objects.filter(pk=stalled).update(
+        status=BroadcastStatus.FANNING_OUT, updated_at=timezone.now() - timedelta(minutes=5)
+    )
+
+    report = services.notification_sweep()
+    services.notification_sweep()  # its heartbeat moved: not again
+
+    assert report.broadcasts == 1
+    messages = [dramatiq.Message.decode(data) for data in stub_broker.queues[BROADCAST_QUEUE].queue]
+    assert [m.args for m in messages] == [(stalled,)]
+    assert fresh != stalled
+
+
+# --- End to end: real workers and sweeper, webhooks to a local receiver ---------------------------
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    server = WebhookReceiver()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def e2e(receiver: WebhookReceiver, transactional_db: None, broker: dramatiq.Broker) -> Iterator[FaultPlatform]:
+    running = FaultPlatform(receiver, NOTIFICATIONS_RATE_LIMITS="webhook=100000/s", BROADCAST_STALE_SECONDS="1")
+    yield running
+    running.stop()
+
+
+WEBHOOK_BODY = {"topic": "news", "channel": "webhook", "message": "launch"}
+
+
+def _delivery_worker(platform: FaultPlatform) -> None:
+    platform._start("rundramatiq", "--processes", "1", "--threads", "8", "--queues", HIGH_QUEUE, BULK_QUEUE)
+
+
+def _webhook_subscribers(client: ApiClient, receiver: WebhookReceiver, count: int) -> list[str]:
+    return subscribe(client, "news", count, webhook_url=receiver.url("/hooks/{n}"))
+
+
+def _assert_one_webhook_each(receiver: WebhookReceiver, broadcast_id: str, user_ids: list[str]) -> None:
+    made = Notification.objects.filter(broadcast_id=broadcast_id)
+    per_user = made.values("user_id").annotate(n=Count("pk")).filter(n__gt=1)
+    assert not per_user.exists()
+    assert sorted(made.values_list("user_id", flat=True)) == sorted(user_ids)
+    receipts = receiver.receipts()
+    ids = {str(pk) for pk in made.values_list("pk", flat=True)}
+    assert set(receipts) == ids
+    assert max(receipts.values()) == 1
+    paths = collections.Counter(request.path for request in receiver.requests)
+    assert sorted(paths) == sorted(f"/hooks/{u}" for u in user_ids)
+
+
+def test_a_broadcast_to_2000_subscribers_delivers_one_webhook_each_with_the_counts_right(
+    e2e: FaultPlatform, receiver: WebhookReceiver, api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    user_ids = _webhook_subscribers(client_and_token[0], receiver, 2000)
+    e2e.worker(threads=8)
+    broadcast_id = post_broadcast(api, WEBHOOK_BODY).json()["id"]
+
+    e2e.wait(lambda: len(receiver.requests) >= 2000, timeout=180, message="2000 webhooks")
+    e2e.wait(lambda: counts(api, broadcast_id)["delivered"] == 2000, timeout=30, message="2000 delivered")
+
+    _assert_one_webhook_each(receiver, broadcast_id, user_ids)
+    body = counts(api, broadcast_id)
+    assert body["status"] == "sent"
+    assert (body["total"], body["created"], body["delivered"], body["suppressed"], body["failed"]) == (2000, 2000, 2000, 0, 0)
+
+
+@pytest.mark.fault
+def test_a_fan_out_killed_halfway_is_resumed_by_the_sweeper_with_no_duplicate_and_nobody_missed(
+    e2e: FaultPlatform,
+    receiver: WebhookReceiver,
+    broker: dramatiq.Broker,
+    api: APIClient,
+    client_and_token: tuple[ApiClient, str],
+) -> None:
+    user_ids = _webhook_subscribers(client_and_token[0], receiver, 1500)
+    _delivery_worker(e2e)
+    fan_out = e2e._start(
+        "rundramatiq", "--processes", "1", "--threads", "1", "--queues", BROADCAST_QUEUE, BROADCAST_BATCH_SIZE="10"
+    )
+    broadcast_id = post_broadcast(api, WEBHOOK_BODY).json()["id"]
+
+    def made() -> int:
+        return Notification.objects.filter(broadcast_id=broadcast_id).count()
+
+    e2e.wait(lambda: made() >= 100, timeout=60, message="the first batches committed")
+    e2e.kill(fan_out)
+    at_kill = made()
+    broadcast = Broadcast.objects.get(pk=broadcast_id)
+    assert broadcast.status == BroadcastStatus.FANNING_OUT and 0 < at_kill < 1500
+    assert broadcast.cursor > 0
+    broker.flush(BROADCAST_QUEUE)  # the killed worker's message too: the sweeper alone brings it back
+
+    e2e.sweeper()
+    e2e._start("rundramatiq", "--processes", "1", "--threads", "1", "--queues", BROADCAST_QUEUE)
+    e2e.wait(lambda: Broadcast.objects.get(pk=broadcast_id).status == BroadcastStatus.SENT, timeout=60, message="fanned out")
+    e2e.wait(lambda: len(receiver.requests) >= 1500, timeout=120, message="1500 webhooks")
+    e2e.wait(lambda: counts(api, broadcast_id)["delivered"] == 1500, timeout=30, message="1500 delivered")
+
+    _assert_one_webhook_each(receiver, broadcast_id, user_ids)
+    assert counts(api, broadcast_id)["total"] == 1500
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_a_broadcast_with_its_progress_and_counts(
+    admin_client: Any, api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    subscribe(client_and_token[0], "news", 4, email="{n}@example.com")
+    api.put("/api/v1/recipients/u3/preferences", {"channels": {"email": False}}, format="json")
+    broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
+    fan_out_here(broadcast_id)
+    Notification.objects.filter(broadcast_id=broadcast_id, user_id="u0").update(status=Status.DELIVERED)
+
+    listing = admin_client.get("/admin/notifications/broadcast/")
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    assert '<progress value="4" max="4"></progress> 4 / 4' in page  # made
+    assert '<progress value="1" max="4"></progress> 1 / 4' in page  # delivered
+    detail = admin_client.get(f"/admin/notifications/broadcast/{broadcast_id}/change/")
+    assert detail.status_code == 200
+    assert "&quot;suppressed&quot;: 1" in detail.content.decode()
+    notifications = admin_client.get(f"/admin/notifications/notification/?broadcast={broadcast_id}")
+    assert notifications.status_code == 200
+    assert admin_client.get("/admin/notifications/topic/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_broadcast_with_a_fallback_route_plans_each_subscribers_route_as_a_notification_would(
+    api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    subscribe(client_and_token[0], "news", 2, email="{n}@example.com")
+    Recipient.objects.filter(user_id="u1").update(phone="+14155550123")
+    body = {"topic": "news", "channels": ["sms", "email"], "message": "We launched!"}
+    response = post_broadcast(api, body)
+    assert response.status_code == 202, response.content
+    assert Broadcast.objects.get().channels == ["sms", "email"]
+
+    fan_out_here(response.json()["id"])
+
+    by_user = {n.user_id: n for n in Notification.objects.filter(broadcast_id=response.json()["id"])}
+    assert (by_user["u0"].channel, by_user["u0"].address) == ("email", "u0@example.com")  # no phone: sms skipped
+    assert (by_user["u1"].channel, by_user["u1"].address) == ("sms", "+14155550123")

@@ -1,0 +1,400 @@
+"""Status webhooks: the client's settings API, the secret rotation, and each status change that
+matters posted, signed, to a local receiver (the FakeProviderServer), at least once. Most run on
+Dramatiq's StubBroker with an in-process worker; one runs through the real RabbitMQ."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import dramatiq
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from django_dramatiq.middleware import DbConnectionsMiddleware
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import CurrentMessage, Retries
+from rest_framework.test import APIClient
+
+from notifications import actors, services
+from notifications.conf import BULK_QUEUE, HIGH_QUEUE, STATUS_EVENT_QUEUE
+from notifications.models import ApiClient, DeadLetter, Notification, Status, StatusEvent, StatusEventState
+from notifications.services import status_events
+
+from .factories import accept_notification, make_api_client, make_recipient
+from .fakes import FakeProviderServer, RecordedRequest, Reply, override_notifications, provider_server_fixture  # noqa: F401
+from .helpers import ROOT, wait_until
+
+ACTORS = (actors.deliver_notification, actors.deliver_bulk_notification, actors.deliver_status_event)
+STATUS_PATH = "/status-events"
+HOOK_PATH = "/hook"
+EVENT_KEYS = {"event_id", "type", "notification_id", "status", "channel", "occurred_at"}
+
+
+def readme_verify() -> Callable[..., bool]:
+    """The README's five lines that verify a signature, run as they are written there."""
+    section = (ROOT / "README.md").read_text().split("## Status webhooks", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None, "the README's Status webhooks section has no python block"
+    lines = [line for line in code.group(1).splitlines() if line.strip()]
+    assert len(lines) <= 5, lines
+    namespace: dict[str, Any] = {}
+    exec(code.group(1), namespace)
+    return namespace["verify"]  # type: ignore[no-any-return]
+
+
+def status_posts(receiver: FakeProviderServer) -> list[RecordedRequest]:
+    return [request for request in receiver.requests if request.path == STATUS_PATH]
+
+
+@pytest.fixture
+def receiver(provider_server: FakeProviderServer) -> Iterator[FakeProviderServer]:
+    """The local receiver, which the webhook SSRF rules allow (it is on 127.0.0.1)."""
+    with override_notifications(WEBHOOK_ALLOW_HOSTS=[provider_server.host_port], STATUS_WEBHOOK_RETRY_POLICY="0.05:0.2:3"):
+        yield provider_server
+
+
+@pytest.fixture
+def stub_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubBroker]:
+    broker = StubBroker(middleware=[Retries(), CurrentMessage(), DbConnectionsMiddleware()])
+    broker.emit_after("process_boot")
+    for actor in ACTORS:
+        monkeypatch.setattr(actor, "broker", broker)
+        broker.declare_actor(actor)
+    original = dramatiq.get_broker()
+    dramatiq.set_broker(broker)
+    try:
+        yield broker
+    finally:
+        dramatiq.set_broker(original)
+        broker.close()
+
+
+@pytest.fixture
+def stub_worker(stub_broker: StubBroker, transactional_db: None) -> Iterator[dramatiq.Worker]:
+    worker = dramatiq.Worker(stub_broker, worker_threads=1, worker_timeout=50)
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+def drain(broker: StubBroker, worker: dramatiq.Worker) -> None:
+    for queue in (HIGH_QUEUE, BULK_QUEUE, STATUS_EVENT_QUEUE):
+        broker.join(queue, timeout=20_000, fail_fast=False)
+    worker.join()
+
+
+def api_for(token: str) -> APIClient:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return api
+
+
+def subscribed_client(receiver: FakeProviderServer) -> tuple[ApiClient, str]:
+    """A client whose status events go to the receiver, and its rotated webhook secret, both set
+    through the API as a client would."""
+    client, token = make_api_client()
+    api = api_for(token)
+    assert api.patch("/api/v1/client", {"status_webhook_url": receiver.url(STATUS_PATH)}, format="json").status_code == 200
+    rotated = api.post("/api/v1/client/webhook-secret")
+    assert rotated.status_code == 201
+    client.refresh_from_db()
+    return client, rotated.json()["webhook_secret"]
+
+
+def assert_signed_event(request: RecordedRequest, secret: str, **expected: str) -> dict[str, Any]:
+    verify = readme_verify()
+    assert verify(secret, request.headers["x-timestamp"], request.headers["x-signature"], request.body)
+    assert not verify("another-secret", request.headers["x-timestamp"], request.headers["x-signature"], request.body)
+    payload = request.json
+    assert set(payload) == EVENT_KEYS
+    assert {key: payload[key] for key in expected} == expected
+    assert request.headers["idempotency-key"] == payload["event_id"]
+    return dict(payload)
+
+
+# --- GET/PATCH /client and the secret -------------------------------------------------------------
+
+
+def test_get_client_shows_its_settings_and_never_its_webhook_secret(api: APIClient, client_and_token: Any) -> None:
+    client, _ = client_and_token
+    response = api.get("/api/v1/client")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["name"], body["status_webhook_url"], body["token_prefix"]) == ("acme", "", client.token_prefix)
+    assert "webhook_secret" not in body and client.webhook_secret not in response.content.decode()
+
+
+def test_patch_client_sets_and_clears_the_status_webhook_url(api: APIClient, receiver: FakeProviderServer) -> None:
+    url = receiver.url(STATUS_PATH)
+    response = api.patch("/api/v1/client", {"status_webhook_url": url}, format="json")
+    assert response.status_code == 200 and response.json()["status_webhook_url"] == url
+    assert api.get("/api/v1/client").json()["status_webhook_url"] == url
+    assert api.patch("/api/v1/client", {"status_webhook_url": ""}, format="json").json()["status_webhook_url"] == ""
+    assert ApiClient.objects.get(name="acme").status_webhook_url == ""
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/hook",  # loopback
+        "http://169.254.169.254/latest/meta-data",  # link-local (cloud metadata)
+        "http://10.0.0.5/hook",  # private
+        "http://[::ffff:127.0.0.1]/hook",  # loopback carried in IPv6
+        "ftp://hooks.example.com/x",  # not http(s)
+        "not a url",
+        "http://[invalid/hook",  # urlsplit refuses it
+        "https://hooks.example.com/\x00",  # NUL cannot be stored
+    ],
+)
+def test_patch_client_refuses_a_url_the_webhook_rules_refuse_with_400_naming_the_field(api: APIClient, url: str) -> None:
+    response = api.patch("/api/v1/client", {"status_webhook_url": url}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["field"] == "status_webhook_url"
+    assert ApiClient.objects.get(name="acme").status_webhook_url == ""
+
+
+def test_patch_client_refuses_fields_it_does_not_set(api: APIClient) -> None:
+    response = api.patch("/api/v1/client", {"webhook_secret": "mine"}, format="json")
+    assert response.status_code == 400 and response.json()["error"]["field"] == "webhook_secret"
+    assert api.patch("/api/v1/client", {"status_webhook_url": 7}, format="json").status_code == 400
+
+
+def test_rotating_the_webhook_secret_returns_it_once_and_it_signs_from_then_on(api: APIClient, client_and_token: Any) -> None:
+    client, _ = client_and_token
+    first = api.post("/api/v1/client/webhook-secret")
+    assert first.status_code == 201 and first["Cache-Control"] == "no-store"
+    secret = first.json()["webhook_secret"]
+    client.refresh_from_db()
+    assert client.webhook_secret == secret and len(secret) >= 43
+    assert secret not in api.get("/api/v1/client").content.decode()
+    second = api.post("/api/v1/client/webhook-secret").json()["webhook_secret"]
+    assert second != secret and ApiClient.objects.get(pk=client.pk).webhook_secret == second
+
+
+def test_an_admin_rotates_a_webhook_secret_sees_it_once_and_it_is_audited(db: None) -> None:
+    client, _ = make_api_client("acme")
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="root-pass-1"))
+    response = admin.post(
+        "/admin/notifications/apiclient/",
+        {"action": "rotate_webhook_secret_selected", "_selected_action": [client.pk], "index": "0"},
+        follow=True,
+    )
+    [message] = [str(m) for m in response.context["messages"]]
+    client.refresh_from_db()
+    assert client.webhook_secret in message
+    assert client.webhook_secret not in admin.get(f"/admin/notifications/apiclient/{client.pk}/change/").content.decode()
+    assert LogEntry.objects.filter(object_id=str(client.pk), change_message="Rotated webhook secret").count() == 1
+
+
+# --- Recording: nothing without a URL -------------------------------------------------------------
+
+
+def test_without_a_status_webhook_url_recording_costs_no_query_and_writes_no_event(db: None) -> None:
+    client, _ = make_api_client()
+    notification = accept_notification(client)
+    from_claim = Notification.objects.get(pk=notification.pk)
+    from_claim.client_status_webhook_url = ""  # type: ignore[attr-defined]  (what the delivery claim returns)
+    with_client = Notification.objects.select_related("client").get(pk=notification.pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert services.status_event_record(notifications=[from_claim], event_type="notification.delivered") == []
+        assert services.status_event_record(notifications=[with_client], event_type="notification.failed") == []
+    assert queries.captured_queries == []
+    # Neither known: one read of the client says there is no URL, and nothing is written.
+    unknown = Notification.objects.get(pk=notification.pk)
+    with CaptureQueriesContext(connection) as queries:
+        services.status_event_record(notifications=[unknown], event_type="notification.failed")
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT"]
+    assert not StatusEvent.objects.exists()
+
+
+def test_a_failure_of_a_client_without_a_status_webhook_url_makes_no_event(
+    receiver: FakeProviderServer, stub_broker: StubBroker, transactional_db: None
+) -> None:
+    client, _ = make_api_client()
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    receiver.reply_next(Reply(410, {"detail": "gone"}))
+    assert services.notification_deliver(notification_id=notification.pk).outcome == "failed"
+    assert Notification.objects.get(pk=notification.pk).status == Status.FAILED
+    assert not StatusEvent.objects.exists() and stub_broker.queues[STATUS_EVENT_QUEUE].qsize() == 0
+
+
+# --- Events posted --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "event_type", "status", "settings"),
+    [
+        (Reply(410, {"detail": "hook removed"}), "notification.failed", "failed", {}),
+        (Reply(503, {"detail": "down"}), "notification.dead", "dead", {"RETRY_MAX_ATTEMPTS": 1}),
+    ],
+    ids=["failed", "dead"],
+)
+def test_a_notification_that_ends_failed_or_dead_posts_a_signed_event_verified_with_the_rotated_secret(
+    receiver: FakeProviderServer,
+    stub_broker: StubBroker,
+    stub_worker: dramatiq.Worker,
+    reply: Reply,
+    event_type: str,
+    status: str,
+    settings: dict[str, Any],
+) -> None:
+    client, secret = subscribed_client(receiver)
+    receiver.reply_next(reply)
+    with override_notifications(**settings):
+        notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+        drain(stub_broker, stub_worker)
+        [post] = wait_until(lambda: status_posts(receiver), message="no status event was posted")
+    assert Notification.objects.get(pk=notification.pk).status == status
+    payload = assert_signed_event(post, secret, type=event_type, status=status, channel="webhook")
+    assert payload["notification_id"] == str(notification.pk)
+    event = StatusEvent.objects.get(pk=payload["event_id"])
+    assert (event.state, event.attempt_count, event.client_id) == (StatusEventState.DELIVERED, 1, client.pk)
+
+
+def test_a_notification_suppressed_at_accept_posts_a_suppressed_event(
+    receiver: FakeProviderServer, stub_broker: StubBroker, stub_worker: dramatiq.Worker
+) -> None:
+    client, secret = subscribed_client(receiver)
+    make_recipient(client, "u1", email="ann@example.com")
+    services.recipient_preferences_replace(client=client, user_id="u1", channels={"email": False}, categories={})
+    notification = accept_notification(client, to="")
+    assert notification.status == Status.SUPPRESSED
+    drain(stub_broker, stub_worker)
+    [post] = wait_until(lambda: status_posts(receiver))
+    assert_signed_event(post, secret, type="notification.suppressed", status="suppressed", notification_id=str(notification.pk))
+
+
+def test_a_notification_suppressed_just_before_its_send_posts_a_suppressed_event(
+    receiver: FakeProviderServer, stub_broker: StubBroker, stub_worker: dramatiq.Worker
+) -> None:
+    client, secret = subscribed_client(receiver)
+    make_recipient(client, "u1", email="ann@example.com")
+    stub_worker.pause()
+    notification = accept_notification(client, to="")
+    services.recipient_preferences_replace(client=client, user_id="u1", channels={"email": False}, categories={})
+    stub_worker.resume()
+    drain(stub_broker, stub_worker)
+    assert Notification.objects.get(pk=notification.pk).status == Status.SUPPRESSED
+    [post] = wait_until(lambda: status_posts(receiver))
+    assert_signed_event(post, secret, type="notification.suppressed", notification_id=str(notification.pk))
+
+
+def test_a_batch_with_suppressed_items_records_an_event_for_each(
+    receiver: FakeProviderServer, stub_broker: StubBroker, db: None
+) -> None:
+    client, token = make_api_client()
+    services.api_client_set_status_webhook_url(client=client, url=receiver.url(STATUS_PATH))
+    services.recipient_preferences_replace(client=client, user_id="u1", channels={"email": False}, categories={})
+    items = [{"user_id": "u1", "message": "hi", "to": f"a{n}@example.com", "idempotency_key": f"k{n}"} for n in range(2)]
+    response = api_for(token).post("/api/v1/notifications/batch", {"notifications": items}, format="json")
+    assert [slot["body"]["status"] for slot in response.json()["results"]] == ["suppressed", "suppressed"]
+    ids = {slot["body"]["id"] for slot in response.json()["results"]}
+    assert {str(e.notification_id) for e in StatusEvent.objects.filter(type="notification.suppressed")} == ids
+
+
+def test_a_receiver_answering_500_gets_the_same_event_again_until_it_answers_200(
+    receiver: FakeProviderServer, stub_broker: StubBroker, stub_worker: dramatiq.Worker
+) -> None:
+    client, secret = subscribed_client(receiver)
+    receiver.reply_next(Reply(410, {"detail": "hook removed"}), Reply(500, {"detail": "oops"}))
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    first, second = wait_until(lambda: status_posts(receiver) if len(status_posts(receiver)) >= 2 else None, timeout=20)
+    drain(stub_broker, stub_worker)
+    assert (first.reply_status, second.reply_status) == (500, 200)
+    assert first.json == second.json and first.json["notification_id"] == str(notification.pk)
+    assert_signed_event(second, secret, type="notification.failed")
+    event = StatusEvent.objects.get(pk=first.json["event_id"])
+    assert (event.state, event.attempt_count) == (StatusEventState.DELIVERED, 2)
+    assert "HTTP 500" not in event.last_error and len(status_posts(receiver)) == 2
+
+
+def test_an_event_refused_for_good_or_out_of_attempts_is_dead_and_can_be_sent_again(
+    receiver: FakeProviderServer, stub_broker: StubBroker, stub_worker: dramatiq.Worker
+) -> None:
+    client, secret = subscribed_client(receiver)
+    receiver.reply_next(Reply(410, {"detail": "hook removed"}), *[Reply(503, {"detail": "down"})] * 3)
+    accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    wait_until(lambda: StatusEvent.objects.filter(state=StatusEventState.DEAD).exists(), timeout=20)
+    event = StatusEvent.objects.get()
+    assert event.attempt_count == 3 and "HTTP 503" in event.last_error  # STATUS_WEBHOOK_RETRY_POLICY 0.05:0.2:3
+    assert services.status_event_redrive(event=event)
+    drain(stub_broker, stub_worker)
+    event.refresh_from_db()
+    assert event.state == StatusEventState.DELIVERED
+    assert [r.reply_status for r in status_posts(receiver)] == [503, 503, 503, 200]
+
+
+def test_a_status_event_publish_that_fails_does_not_fail_the_delivery_and_the_sweeper_sends_it(
+    receiver: FakeProviderServer, stub_broker: StubBroker, transactional_db: None
+) -> None:
+    client, _ = subscribed_client(receiver)
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+
+    def broker_down(broker: Any, messages: list[Any]) -> None:
+        raise ConnectionError("RabbitMQ is gone")
+
+    receiver.reply_next(Reply(410, {"detail": "hook removed"}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(status_events, "messages_publish", broker_down)
+        assert services.notification_deliver(notification_id=notification.pk).outcome == "failed"
+    assert Notification.objects.get(pk=notification.pk).status == Status.FAILED
+    assert DeadLetter.objects.filter(notification=notification).exists()
+    event = StatusEvent.objects.get()
+    assert (event.state, event.enqueued_at) == (StatusEventState.PENDING, None)
+
+    report = services.notification_sweep(now=timezone.now() + timedelta(seconds=5))
+    assert report.status_events == 1
+    [message] = [dramatiq.Message.decode(data) for data in stub_broker.queues[STATUS_EVENT_QUEUE].queue]
+    assert (message.actor_name, list(message.args)) == ("deliver_status_event", [str(event.pk)])
+    assert services.status_event_deliver(event_id=event.pk) == "delivered"
+    assert len(status_posts(receiver)) == 1
+
+
+def test_a_posted_event_is_not_posted_again_by_a_duplicate_message(receiver: FakeProviderServer, db: None) -> None:
+    client, _ = make_api_client()
+    services.api_client_set_status_webhook_url(client=client, url=receiver.url(STATUS_PATH))
+    notification = accept_notification(client)
+    [event] = services.status_event_record(
+        notifications=[Notification.objects.get(pk=notification.pk)], event_type="notification.bounced", status="delivered"
+    )
+    assert services.status_event_deliver(event_id=event.pk) == "delivered"
+    assert services.status_event_deliver(event_id=event.pk) == "skipped"
+    assert status_posts(receiver)[0].json["type"] == "notification.bounced"
+
+
+# --- Through the real RabbitMQ --------------------------------------------------------------------
+
+
+def test_a_failed_notification_event_goes_through_rabbitmq_to_the_receiver(
+    receiver: FakeProviderServer, worker: dramatiq.Worker
+) -> None:
+    client, secret = subscribed_client(receiver)
+    receiver.reply_next(Reply(400, {"detail": "bad hook"}))
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    [post] = wait_until(lambda: status_posts(receiver), timeout=20)
+    assert_signed_event(post, secret, type="notification.failed", notification_id=str(notification.pk), status="failed")
+    wait_until(lambda: StatusEvent.objects.filter(state=StatusEventState.DELIVERED).count() == 1)
+
+
+def test_the_admin_lists_status_events_filtered_by_state_and_type(receiver: FakeProviderServer, db: None) -> None:
+    client, _ = make_api_client()
+    services.api_client_set_status_webhook_url(client=client, url=receiver.url(STATUS_PATH))
+    notification = accept_notification(client)
+    [event] = services.status_event_record(notifications=[notification], event_type="notification.complained")
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="root-pass-1"))
+    listed = admin.get("/admin/notifications/statusevent/?state=pending&type=notification.complained")
+    assert listed.status_code == 200 and str(event.pk) in listed.content.decode()
+    assert str(event.pk) not in admin.get("/admin/notifications/statusevent/?state=dead").content.decode()
+    page = admin.get(f"/admin/notifications/statusevent/{event.pk}/change/")
+    assert page.status_code == 200 and "notification.complained" in page.content.decode()
