@@ -67,8 +67,8 @@ def deliver_status_event(event_id: str) -> None:
 
 # A fan-out runs in slices (services/broadcasts.py FAN_OUT_SLICE_SECONDS) well within the time limit.
 @dramatiq.actor(actor_name=BROADCAST_FAN_OUT_ROUTE.actor_name, queue_name=BROADCAST_FAN_OUT_ROUTE.queue_name, **_ACTOR_OPTIONS)
-def fan_out_broadcast(broadcast_id: str) -> None:
-    services.broadcast_fan_out(broadcast_id=broadcast_id)
+def fan_out_broadcast(broadcast_id: str, lease: str | None = None) -> None:
+    services.broadcast_fan_out(broadcast_id=broadcast_id, lease=lease)
 
 
 @dramatiq.actor(actor_name=DIGEST_CLOSE_ROUTE.actor_name, queue_name=DIGEST_CLOSE_ROUTE.queue_name, **_ACTOR_OPTIONS)

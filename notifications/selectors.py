@@ -286,15 +286,20 @@ def table_row_estimate(model: type[models.Model]) -> int | None:
 # --- Topics and broadcasts ---------------------------------------------------------------------
 
 
-def topic_get(*, client: ApiClient, key: str) -> Topic | None:
-    """The client's topic ``key``, with ``subscriber_count`` (a count over its unique index)."""
+def topic_get(*, client: ApiClient, key: str, counted: bool = True) -> Topic | None:
+    """The client's topic ``key``, with ``subscriber_count`` (a count over its unique index)
+    unless ``counted`` is False: a write only needs the row, and the count reads every
+    subscription, so a topic built a thousand at a time would be counted over and over."""
+    topics = Topic.objects.filter(client=client, key=key)
+    if not counted:
+        return topics.first()
     subscribers = TopicSubscription.objects.filter(topic_id=OuterRef("pk")).order_by().values("topic_id")
     count = subscribers.annotate(n=Count("pk")).values("n")
-    return Topic.objects.filter(client=client, key=key).annotate(subscriber_count=Coalesce(Subquery(count), 0)).first()
+    return topics.annotate(subscriber_count=Coalesce(Subquery(count), 0)).first()
 
 
-def topic_subscriber_count(*, topic: Topic) -> int:
-    return TopicSubscription.objects.filter(topic=topic).count()
+def topic_subscriber_count(*, topic_id: int) -> int:
+    return TopicSubscription.objects.filter(topic_id=topic_id).count()
 
 
 def recipient_ids_by_user_id(*, client: ApiClient, user_ids: list[str]) -> dict[str, int]:

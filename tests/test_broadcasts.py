@@ -6,12 +6,15 @@ RabbitMQ and deliver webhooks to a local receiver."""
 from __future__ import annotations
 
 import collections
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import dramatiq
 import pytest
+import requests
 from django.db.models import Count
 from django.utils import timezone
 from django_dramatiq.middleware import DbConnectionsMiddleware
@@ -21,11 +24,23 @@ from rest_framework.test import APIClient
 
 from notifications import actors, services
 from notifications.conf import BROADCAST_QUEUE, BULK_QUEUE, HIGH_QUEUE
-from notifications.models import ApiClient, Broadcast, BroadcastStatus, Notification, Recipient, Status, TemplateVariant
+from notifications.models import (
+    ApiClient,
+    Broadcast,
+    BroadcastStatus,
+    Category,
+    Notification,
+    Recipient,
+    Status,
+    TemplateVariant,
+)
+from notifications.sql import returned_values
 
-from .factories import make_template
+from .factories import accept_notification, make_template
 from .fakes import override_notifications
 from .faults import FaultPlatform, WebhookReceiver
+from .helpers import wait_until
+from .live_servers import embedded_platform
 
 # --- Helpers -------------------------------------------------------------------------------------
 
@@ -53,8 +68,10 @@ def post_broadcast(api: APIClient, body: dict[str, Any], key: str = "launch-1") 
 
 
 def fan_out_here(broadcast_id: Any) -> services.broadcasts.FanOutReport:
-    """The fan-out, run in this process to its end (what the actor does)."""
-    return services.broadcast_fan_out(broadcast_id=broadcast_id, slice_seconds=600)
+    """The fan-out, run in this process to its end (what the actor does, with the lease its
+    message would carry: the one the last slice took)."""
+    lease = Broadcast.objects.get(pk=broadcast_id).lease
+    return services.broadcast_fan_out(broadcast_id=broadcast_id, lease=lease, slice_seconds=600)
 
 
 def counts(api: APIClient, broadcast_id: Any) -> dict[str, Any]:
@@ -150,7 +167,7 @@ def test_a_resumed_fan_out_makes_no_duplicate_and_misses_nobody(api: APIClient, 
     broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
     with override_notifications(BROADCAST_BATCH_SIZE=4):
         assert services.broadcast_fan_out(broadcast_id=broadcast_id, slice_seconds=0).batches == 1  # a slice ends
-        services.broadcast_fan_out_batch(broadcast_id=broadcast_id)
+        services.broadcast_fan_out_batch(broadcast_id=broadcast_id, lease=Broadcast.objects.get(pk=broadcast_id).lease)
         # As if the cursor's advance had been lost: the same subscribers are read again.
         Broadcast.objects.filter(pk=broadcast_id).update(cursor=0)
         fan_out_here(broadcast_id)
@@ -363,3 +380,146 @@ def test_a_broadcast_with_a_fallback_route_plans_each_subscribers_route_as_a_not
     by_user = {n.user_id: n for n in Notification.objects.filter(broadcast_id=response.json()["id"])}
     assert (by_user["u0"].channel, by_user["u0"].address) == ("email", "u0@example.com")  # no phone: sms skipped
     assert (by_user["u1"].channel, by_user["u1"].address) == ("sms", "+14155550123")
+
+
+# --- One fan-out chain at a time, caps, content, SQLite ---------------------------------------------
+
+
+def _run_fan_out_message(queue: Any) -> services.broadcasts.FanOutReport:
+    """Take the next fan-out message off the stub broker's queue and run it as the actor would,
+    one batch a slice."""
+    message = dramatiq.Message.decode(queue.get_nowait())
+    broadcast_id, *lease = message.args
+    return services.broadcast_fan_out(broadcast_id=broadcast_id, lease=lease[0] if lease else None, slice_seconds=0)
+
+
+@pytest.mark.django_db
+def test_a_fan_out_resumed_while_its_continuation_waits_leaves_one_chain_and_no_duplicate(
+    api: APIClient, client_and_token: tuple[ApiClient, str], stub_broker: StubBroker
+) -> None:
+    user_ids = subscribe(client_and_token[0], "news", 10, email="{n}@example.com")
+    broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
+    queue = stub_broker.queues[BROADCAST_QUEUE]
+    with override_notifications(BROADCAST_BATCH_SIZE=3):
+        services.broadcast_fan_out(broadcast_id=broadcast_id, slice_seconds=0)  # one batch, then its continuation
+        # The continuation waits in the queue past BROADCAST_STALE_SECONDS: the sweeper resumes the fan-out.
+        Broadcast.objects.filter(pk=broadcast_id).update(updated_at=timezone.now() - timedelta(minutes=5))
+        assert services.broadcast_resume_stale() == 1
+        assert queue.qsize() == 2
+
+        first, second = _run_fan_out_message(queue), _run_fan_out_message(queue)
+
+        assert (first.batches, first.superseded) == (1, False)
+        assert (second.batches, second.superseded) == (0, True)  # no batch, no continuation of its own
+        assert queue.qsize() == 1
+        runs = 0
+        while queue.qsize():
+            report = _run_fan_out_message(queue)
+            assert queue.qsize() <= 1 and not report.superseded
+            runs += 1
+            assert runs < 10, "the fan-out never ended"
+
+    made = Notification.objects.filter(broadcast_id=broadcast_id)
+    assert sorted(made.values_list("user_id", flat=True)) == sorted(user_ids)
+    assert counts(api, broadcast_id)["status"] == "sent"
+
+
+def test_a_second_fan_out_message_exits_at_once_while_a_batch_holds_the_broadcast(
+    transactional_db: None, stub_broker: StubBroker
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection, transaction
+
+    from .factories import make_api_client
+
+    client, _ = make_api_client("lease")
+    subscribe(client, "news", 3, email="{n}@example.com")
+    accepted = services.broadcast_create(
+        client=client, request=services.BroadcastRequest(topic="news", message="hi"), idempotency_key="k", fingerprint="f"
+    )
+
+    def second_message() -> services.broadcasts.FanOutReport:
+        try:
+            return services.broadcast_fan_out(broadcast_id=accepted.notification_id, slice_seconds=600)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        with transaction.atomic():  # as a batch in flight holds it
+            Broadcast.objects.select_for_update().get(pk=accepted.notification_id)
+            report = pool.submit(second_message).result(timeout=20)  # would wait for the lock without skip_locked
+        assert (report.batches, report.superseded) == (0, True)
+
+    assert not Notification.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_broadcast_keeps_to_each_recipients_cap_and_a_redone_batch_does_not_count_twice(
+    api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    client = client_and_token[0]
+    Category.objects.create(client=client, key="news", max_per_recipient={"count": 1, "per_seconds": 3600})
+    subscribe(client, "news", 2, email="{n}@example.com")
+    accept_notification(client, user_id="u0", to="u0@example.com", category="news")  # u0's one slot is used
+    broadcast_id = post_broadcast(api, {**EMAIL_BODY, "category": "news"}).json()["id"]
+
+    fan_out_here(broadcast_id)
+
+    by_user = {n.user_id: n for n in Notification.objects.filter(broadcast_id=broadcast_id)}
+    assert (by_user["u0"].status, by_user["u0"].suppressed_reason) == (Status.SUPPRESSED, "throttled")
+    assert by_user["u1"].status == Status.QUEUED
+    # A worker killed mid-batch: its rows rolled back, its slots still taken. Redone, the batch
+    # finds u1's slot its own: u1 is neither throttled by it nor charged a second slot.
+    Notification.objects.filter(broadcast_id=broadcast_id).delete()
+    Broadcast.objects.filter(pk=broadcast_id).update(status=BroadcastStatus.FANNING_OUT, cursor=0)
+    fan_out_here(broadcast_id)
+    assert Notification.objects.get(broadcast_id=broadcast_id, user_id="u1").status == Status.QUEUED
+    assert accept_notification(client, user_id="u1", to="u1@example.com", category="news").suppressed_reason == "throttled"
+
+
+@pytest.mark.django_db
+def test_a_template_deleted_after_the_broadcast_was_accepted_fails_each_notification_saying_why(
+    api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    template = make_template("launch", body="Hello {{ name }}")
+    subscribe(client_and_token[0], "news", 2, email="{n}@example.com")
+    broadcast_id = post_broadcast(api, {"topic": "news", "template": "launch", "data": {"name": "Ann"}}).json()["id"]
+    template.delete()
+
+    fan_out_here(broadcast_id)
+
+    made = list(Notification.objects.filter(broadcast_id=broadcast_id))
+    assert [n.status for n in made] == [Status.FAILED] * 2
+    assert all("unknown template 'launch'" in n.last_error for n in made)
+
+
+def test_returned_ids_are_the_fields_python_values_whatever_the_database_returns() -> None:
+    # SQLite returns a UUID column as its 32-hex string: it must still match the notification's id.
+    notification_id = uuid.uuid4()
+    assert returned_values(Notification._meta.pk, [(notification_id.hex,)]) == {notification_id}
+    assert returned_values(Notification._meta.pk, [(notification_id,)]) == {notification_id}
+
+
+def test_a_broadcast_on_the_embedded_default_is_fanned_out_and_delivered(tmp_path: Path) -> None:
+    """`make run`'s SQLite, in-process broker and workers: the fan-out publishes what it inserted."""
+    with embedded_platform(tmp_path) as (server, token):
+
+        def call(method: str, path: str, body: Any = None, **headers: str) -> requests.Response:
+            auth = {"Authorization": f"Bearer {token}", **headers}
+            return requests.request(method, server.url(path), json=body, headers=auth, timeout=30)
+
+        for n in range(3):
+            assert call("PUT", f"/api/v1/recipients/u{n}", {"email": f"u{n}@example.com"}).status_code in (200, 201)
+        assert call("PUT", "/api/v1/topics/news", {}).status_code == 201
+        assert call("POST", "/api/v1/topics/news/subscribers", {"user_ids": ["u0", "u1", "u2"]}).status_code == 200
+        posted = call("POST", "/api/v1/broadcasts", EMAIL_BODY, **{"Idempotency-Key": "embedded-1"})
+        assert posted.status_code == 202, posted.content
+
+        def progress() -> dict[str, Any]:
+            return dict(call("GET", f"/api/v1/broadcasts/{posted.json()['id']}").json())
+
+        wait_until(lambda: progress()["delivered"] == 3, timeout=60, message="3 delivered on the embedded default")
+        body = progress()
+        assert (body["status"], body["total"], body["created"], body["pending"]) == ("sent", 3, 3, 0)
+        assert "Traceback" not in server.output()

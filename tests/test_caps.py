@@ -16,10 +16,12 @@ from django.test import override_settings
 from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
-from notifications.models import ApiClient, Category, Notification, Status
-from notifications.services import caps
+from notifications import services
+from notifications.models import ApiClient, Category, Digest, Notification, Status
+from notifications.services import DigestRequest, caps
+from notifications.services import accept as accept_service
 
-from .factories import accept_notification, make_api_client
+from .factories import accept_notification, make_api_client, make_template
 from .helpers import wait_until
 from .test_degraded import cache_at
 
@@ -177,3 +179,47 @@ def test_without_redis_the_embedded_log_keeps_the_same_boundary(monkeypatch: pyt
     assert [takes("a"), takes("b"), takes("c")] == [True, True, False]
     caps._local.release("k", "b")
     assert [takes("d"), takes("e")] == [True, False]
+
+
+class Boom(Exception):
+    pass
+
+
+def test_an_accept_that_fails_after_taking_a_slot_gives_it_back(
+    broker: dramatiq.Broker, db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = make_api_client()
+    capped(client, count=1)
+
+    def fail(**_: Any) -> None:
+        raise Boom("the accept's transaction fails after the slot was taken")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(accept_service, "digest_join", fail)
+        with pytest.raises(Boom):
+            send(client)
+
+    assert not Notification.objects.exists()
+    assert statuses([send(client), send(client)]) == ["queued", "suppressed:throttled"]
+
+
+def test_a_digest_close_that_fails_after_taking_a_slot_gives_it_back(
+    broker: dramatiq.Broker, db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_template("activity", subject="{{ count }} new", body="{{ count }} updates", html_body="")
+    client, _ = make_api_client()
+    capped(client, count=1)
+    send(client, message="", template="activity", data={"n": 1}, digest=DigestRequest(key="a", window_seconds=60))
+    digest = Digest.objects.get()
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise Boom("the close's transaction fails after the slot was taken")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Digest, "save", fail)
+        with pytest.raises(Boom):
+            services.digest_close(digest_id=digest.pk, now=digest.closes_at)
+
+    result = services.digest_close(digest_id=digest.pk, now=digest.closes_at)
+    assert result.outcome == "sent"
+    assert Notification.objects.get(pk=result.notification_id).status == Status.QUEUED  # not throttled by a lost slot

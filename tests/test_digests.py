@@ -16,7 +16,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from notifications import services
-from notifications.models import ApiClient, Digest, DigestStatus, Notification, Status
+from notifications.models import ApiClient, Category, Digest, DigestStatus, Notification, Status, StatusEvent
 
 from .factories import accept_notification, make_api_client, make_template
 from .fakes import override_notifications
@@ -326,3 +326,33 @@ def test_a_digest_its_template_can_no_longer_render_is_sent_as_a_failed_notifica
     sent = Notification.objects.get(pk=result.notification_id)
     assert (result.outcome, sent.status, sent.enqueued_at) == ("sent", Status.FAILED, None)
     assert "author" in sent.last_error
+
+
+@pytest.mark.parametrize("ending", ["suppressed", "failed"])
+def test_a_digest_whose_notification_ends_at_its_close_tells_the_client_with_a_status_event(
+    broker: dramatiq.Broker, db: None, ending: str
+) -> None:
+    template = make_template("activity", subject="", body=BODY_TEMPLATE, html_body="")
+    client, _ = make_api_client()
+    ApiClient.objects.filter(pk=client.pk).update(status_webhook_url="https://hooks.example.com/status")
+    Category.objects.create(client=client, key="news", max_per_recipient={"count": 1, "per_seconds": 3600})
+    accept_notification(
+        client,
+        message="",
+        template="activity",
+        data={"n": 1},
+        category="news",
+        digest=services.DigestRequest(key="activity", window_seconds=60),
+    )
+    if ending == "suppressed":
+        accept_notification(client, category="news")  # the recipient's one slot: the digest is throttled
+    else:
+        template.variants.update(body="{{ count }} from {{ author }}")  # edited since: no longer renders
+    digest = Digest.objects.get()
+
+    result = services.digest_close(digest_id=digest.pk, now=digest.closes_at)
+
+    sent = Notification.objects.get(pk=result.notification_id)
+    assert sent.status == ending
+    [event] = StatusEvent.objects.filter(notification=sent)
+    assert (event.type, event.status) == (f"notification.{ending}", ending)

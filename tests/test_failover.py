@@ -216,9 +216,12 @@ def test_email_backups_are_named_by_login_and_relay_so_a_shared_login_is_not_the
 def test_a_backup_that_is_the_primary_account_is_refused_naming_the_variable() -> None:
     from notifications.channels.providers import failover_providers
 
-    with override_notifications(TWILIO_ACCOUNT_SID="AC1", SMS_FAILOVER_ACCOUNTS='[{"account_sid": "AC1", "auth_token": "t"}]'):
-        with pytest.raises(ImproperlyConfigured, match="SMS_FAILOVER_ACCOUNTS") as caught:
-            failover_providers("sms")
+    backup = '[{"account_sid": "AC1", "auth_token": "t"}]'
+    with (
+        override_notifications(TWILIO_ACCOUNT_SID="AC1", SMS_FAILOVER_ACCOUNTS=backup),
+        pytest.raises(ImproperlyConfigured, match="SMS_FAILOVER_ACCOUNTS") as caught,
+    ):
+        failover_providers("sms")
     assert "'AC1'" in str(caught.value)
 
 
@@ -258,3 +261,21 @@ def test_smtp_replies_530_and_535_are_account_level_as_raised_by_the_email_chann
             raise PermanentChannelError(f"SMTP: {exc}") from exc
     except PermanentChannelError as raised:
         assert failover.provider_error_is_account_level(raised) is account_level
+
+
+def test_a_relay_that_refuses_the_account_is_a_retry_and_opens_its_circuit_so_the_backup_delivers(
+    smtp_server: LocalSmtpServer, backup_smtp: LocalSmtpServer, two_relays: str
+) -> None:
+    """A 530 (authentication required) says nothing of the recipient: the notification is retried,
+    not failed, and the account's circuit counts it, so the next send goes to the backup."""
+    client, _ = make_api_client()
+
+    async def refuse(server_: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]) -> str:
+        return "530 5.7.0 Authentication required"
+
+    smtp_server.handler.handle_RCPT = refuse  # type: ignore[method-assign]
+    refused = [send_one(client) for _ in range(2)]
+    assert [(n.status, last_account(n)) for n in refused] == [(Status.RETRYING, "primary")] * 2
+    assert circuit_is_open("email", "primary")
+    moved = send_one(client)
+    assert (moved.status, last_account(moved)) == (Status.DELIVERED, two_relays)

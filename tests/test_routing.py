@@ -7,8 +7,11 @@ one test through the real broker and a real worker process."""
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -22,7 +25,8 @@ from notifications.models import (
     Status,
     Suppression,
 )
-from notifications.services.routing import route_advance, route_with_outcome
+from notifications.services.content import NotificationContent
+from notifications.services.routing import route_advance, route_plan, route_with_outcome
 
 from .factories import make_recipient
 from .fakes import (  # noqa: F401  (fixtures)
@@ -184,6 +188,97 @@ def test_a_suppressed_address_is_skipped(api: APIClient, client_and_token: tuple
 
     assert route_of(api, notification_id) == [("email", "skipped", "bounced"), ("sms", "pending", "")]
     assert Notification.objects.get(pk=notification_id).channel == "sms"
+
+
+@pytest.mark.parametrize(
+    ("withhold", "reason"),
+    [
+        (
+            lambda client: services.recipient_preferences_replace(
+                client=client, user_id="u1", channels={"email": False}, categories={}
+            ),
+            "preference",
+        ),
+        (
+            lambda client: Suppression.objects.create(
+                client=client, channel="email", address="ann@example.com", reason="bounced"
+            ),
+            "bounced",
+        ),
+    ],
+    ids=["opted-out", "suppressed-address"],
+)
+def test_a_channel_withheld_after_accept_is_skipped_at_its_send_and_the_next_channel_delivers(
+    api: APIClient, client_and_token: tuple[ApiClient, str], provider_server: FakeProviderServer, withhold: Any, reason: str
+) -> None:
+    client, _ = client_and_token
+    make_recipient(client, "u1", email="ann@example.com", phone=PHONE)
+    notification_id = accept(api, ["email", "sms"])
+    assert Notification.objects.get(pk=notification_id).channel == "email"
+    withhold(client)  # a one-click unsubscribe, a bounce of another email, between accept and send
+
+    assert services.notification_deliver(notification_id=notification_id).outcome == "fallback"
+    notification = deliver_until_final(notification_id)
+
+    assert (notification.status, notification.channel) == (Status.DELIVERED, "sms")
+    assert route_of(api, notification_id) == [("email", "skipped", reason), ("sms", "delivered", "")]
+    assert list(notification.attempts.values_list("channel", flat=True)) == ["sms"]
+    assert [r.form["To"] for r in provider_server.requests] == [PHONE]
+
+
+def test_a_fallback_notification_withheld_on_its_last_channel_is_suppressed_with_its_route(
+    api: APIClient, client_and_token: tuple[ApiClient, str], provider_server: FakeProviderServer
+) -> None:
+    client, _ = client_and_token
+    make_recipient(client, "u1", email="ann@example.com", phone=PHONE)
+    notification_id = accept(api, ["email", "sms"])
+    services.recipient_preferences_replace(client=client, user_id="u1", channels={"email": False, "sms": False}, categories={})
+
+    assert services.notification_deliver(notification_id=notification_id).outcome == "suppressed"
+
+    notification = Notification.objects.get(pk=notification_id)
+    assert (notification.status, notification.suppressed_reason) == (Status.SUPPRESSED, "preference")
+    assert route_of(api, notification_id) == [("email", "skipped", "preference"), ("sms", "skipped", "preference")]
+    assert notification.attempts.count() == 0 and provider_server.requests == []
+
+
+def test_a_route_reads_the_suppression_list_once_for_all_its_channels(
+    api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    client, _ = client_and_token
+    recipient = make_recipient(client, "u1", email="ann@example.com", phone=PHONE, webhook_url="https://hooks.example.com/u1")
+    Suppression.objects.create(client=client, channel="sms", address=PHONE, reason="unsubscribed_sms")
+    contents = {channel: NotificationContent(subject="", message="hi") for channel in ("email", "sms", "webhook")}
+
+    def suppression_queries(captured: CaptureQueriesContext) -> list[str]:
+        return [q["sql"] for q in captured.captured_queries if '"notifications_suppression"' in q["sql"]]
+
+    with CaptureQueriesContext(connection) as planning:
+        plan = route_plan(client=client, recipient=recipient, category=None, contents=contents)
+    assert [(e["channel"], e["outcome"], e["reason"]) for e in plan.route] == [
+        ("email", "pending", ""),
+        ("sms", "skipped", "unsubscribed_sms"),
+        ("webhook", "pending", ""),
+    ]
+    assert suppression_queries(planning) == [ANY]  # read before the API call below resets Django's query log
+
+    # Moving on checks every channel still pending in the same one read: sms (suppressed after
+    # accept) and webhook.
+    suppressed = Suppression.objects.get(client=client)
+    suppressed.delete()
+    notification_id = accept(api, ["email", "sms", "webhook"])
+    suppressed.save()
+    [claimed] = Notification.claim_for_delivery([notification_id], now=(now := timezone.now()))
+    with CaptureQueriesContext(connection) as advancing:
+        step = route_advance(claimed, claimed_at=now, reason="permanent_error", error="refused")
+
+    assert step.advanced and Notification.objects.get(pk=notification_id).channel == "webhook"
+    assert [(e["channel"], e["outcome"]) for e in Notification.objects.get(pk=notification_id).route] == [
+        ("email", "failed"),
+        ("sms", "skipped"),
+        ("webhook", "pending"),
+    ]
+    assert suppression_queries(advancing) == [ANY]
 
 
 @pytest.mark.parametrize(

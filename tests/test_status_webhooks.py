@@ -5,6 +5,7 @@ Dramatiq's StubBroker with an in-process worker; one runs through the real Rabbi
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from rest_framework.test import APIClient
 
 from notifications import actors, services
 from notifications.conf import BULK_QUEUE, HIGH_QUEUE, STATUS_EVENT_QUEUE
+from notifications.errors import PermanentChannelError
 from notifications.models import ApiClient, DeadLetter, Notification, Status, StatusEvent, StatusEventState
 from notifications.services import status_events
 
@@ -370,6 +372,38 @@ def test_a_posted_event_is_not_posted_again_by_a_duplicate_message(receiver: Fak
     assert services.status_event_deliver(event_id=event.pk) == "delivered"
     assert services.status_event_deliver(event_id=event.pk) == "skipped"
     assert status_posts(receiver)[0].json["type"] == "notification.bounced"
+
+
+def test_status_events_and_webhook_deliveries_are_one_signed_post_of_the_webhook_channel(
+    receiver: FakeProviderServer, db: None
+) -> None:
+    """One function signs and posts both (channels/webhook.py): what the README says a receiver
+    checks holds for a webhook delivery and a status event alike."""
+    from notifications.channels.webhook import webhook_post_signed
+
+    client, secret = subscribed_client(receiver)
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    [event] = services.status_event_record(
+        notifications=[Notification.objects.get(pk=notification.pk)], event_type="notification.bounced", status="delivered"
+    )
+    assert services.notification_deliver(notification_id=notification.pk).outcome == "delivered"
+    assert services.status_event_deliver(event_id=event.pk) == "delivered"
+    status, _ = webhook_post_signed(
+        url=receiver.url(HOOK_PATH), secret=secret, body='{"id":"x"}', timestamp=str(int(time.time())), idempotency_key="k-1"
+    )
+
+    delivery, status_post, direct = receiver.requests
+    assert status == 200 and direct.headers["idempotency-key"] == "k-1"
+    assert_signed_event(status_post, secret, type="notification.bounced")
+    verify = readme_verify()
+    for request in (delivery, direct):
+        assert verify(secret, request.headers["x-timestamp"], request.headers["x-signature"], request.body)
+    assert delivery.headers["idempotency-key"] == str(notification.pk)
+    headers = {"content-type", "user-agent", "x-timestamp", "x-signature", "idempotency-key"}
+    assert all(headers <= set(request.headers) for request in (delivery, status_post, direct))
+    assert status_post.headers["user-agent"].startswith("notifications-status/")
+    with pytest.raises(PermanentChannelError, match="no webhook secret"):
+        webhook_post_signed(url=receiver.url(HOOK_PATH), secret="", body="{}", timestamp="1", idempotency_key="k-2")
 
 
 # --- Through the real RabbitMQ --------------------------------------------------------------------

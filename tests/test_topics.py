@@ -4,7 +4,9 @@ only), unsubscribe, and each client seeing its own."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.db.models import Count
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from notifications.models import ApiClient, Recipient, TopicSubscription
@@ -100,3 +102,30 @@ def test_a_bad_key_or_unknown_field_is_a_400_naming_it(api: APIClient) -> None:
     unknown = api.put("/api/v1/topics/news", {"nmae": "typo"}, format="json")
     assert unknown.status_code == 400
     assert unknown.json()["error"]["field"] == "nmae"
+
+
+def test_subscribing_counts_the_topics_subscribers_once(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
+    _recipients(client_and_token[0], 3)
+    api.put("/api/v1/topics/news", {}, format="json")
+
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post("/api/v1/topics/news/subscribers", {"user_ids": ["u0", "u1", "u2"]}, format="json")
+
+    assert response.json() == {"added": 3, "subscriber_count": 3}
+    counting = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert len(counting) == 1, counting
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/v1/topics/bad%00key"),
+        ("post", "/api/v1/topics/bad%00key/subscribers"),
+        ("delete", "/api/v1/topics/bad%00key/subscribers/u0"),
+    ],
+)
+def test_a_topic_key_holding_nul_is_a_400_naming_the_key_on_every_path(api: APIClient, method: str, path: str) -> None:
+    response = getattr(api, method)(path, {"user_ids": ["u0"]} if method == "post" else None, format="json")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["field"] == "key"

@@ -20,6 +20,7 @@ TOPIC_KEY = OpenApiParameter(
     "key", str, OpenApiParameter.PATH, pattern=r"^[-a-zA-Z0-9_]{1,100}$", description="A slug, e.g. product-news."
 )
 NO_TOPIC = "This client has no topic with this key."
+BAD_KEY = "The key is not 1 to 100 letters, digits, '-' or '_'; `field` is key."
 
 
 class TopicSerializer(RefusesUnknownFields, serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -48,14 +49,14 @@ class SubscribedSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 def _topic(request: Request, key: str) -> Topic:
-    topic = selectors.topic_get(client=_client(request), key=key)
+    topic = selectors.topic_get(client=_client(request), key=services.topic_key_check(key))
     if topic is None:
         raise NotFound(f"no topic {key!r}")
     return topic
 
 
 class TopicView(APIView):
-    @api_operation("topics_retrieve", {200: TopicSerializer, 404: NO_TOPIC}, parameters=[TOPIC_KEY])
+    @api_operation("topics_retrieve", {200: TopicSerializer, 400: BAD_KEY, 404: NO_TOPIC}, parameters=[TOPIC_KEY])
     def get(self, request: Request, key: str) -> Response:
         return Response(TopicSerializer(_topic(request, key)).data)
 
@@ -82,7 +83,7 @@ class TopicSubscribersView(APIView):
         "topics_subscribe",
         {
             200: SubscribedSerializer,
-            400: f"user_ids is not a list of 1 to {MAX_SUBSCRIBE} user ids, or some name no stored recipient "
+            400: f"The key is not a slug, user_ids is not a list of 1 to {MAX_SUBSCRIBE} user ids, or some name no stored recipient "
             "(details.unknown_user_ids lists them; nobody was subscribed).",
             404: NO_TOPIC,
         },
@@ -99,7 +100,7 @@ class TopicSubscribersView(APIView):
 class TopicSubscriberView(APIView):
     @api_operation(
         "topics_unsubscribe",
-        {204: None, 400: "The user_id is over 255 characters or holds NUL.", 404: NO_TOPIC},
+        {204: None, 400: "The key is not a slug, or the user_id is over 255 characters or holds NUL.", 404: NO_TOPIC},
         parameters=[TOPIC_KEY],
     )
     def delete(self, request: Request, key: str, user_id: str) -> Response:

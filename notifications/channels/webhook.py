@@ -144,12 +144,39 @@ def webhook_target(url: str, *, allow_hosts: tuple[str, ...]) -> WebhookTarget:
     )
 
 
+def webhook_post_signed(
+    *,
+    url: str,
+    secret: str,
+    body: str,
+    timestamp: str,
+    idempotency_key: str,
+    user_agent: str = USER_AGENT,
+    provider: str = PROVIDER,
+) -> tuple[int, urllib3.HTTPHeaderDict]:
+    """POST ``body`` (JSON) to ``url``, vetted by the SSRF guard, signed with ``secret`` over
+    ``timestamp`` (X-Timestamp, X-Signature) and carrying ``Idempotency-Key``; the answer's status
+    and headers on 2xx, else the channel error it means (``provider`` names the receiver in it).
+    The webhook channel and the status webhooks (services/status_events.py) both post this way."""
+    if not secret:
+        raise PermanentChannelError("the API client has no webhook secret to sign with", code="not_configured")
+    config = get_config()
+    target = webhook_target(url, allow_hosts=config.webhook_allow_hosts)
+    headers = {
+        "Host": target.host_header,
+        "Content-Type": "application/json",
+        "User-Agent": user_agent,
+        "X-Timestamp": timestamp,
+        "X-Signature": webhook_signature(secret, timestamp, body),
+        "Idempotency-Key": idempotency_key,
+    }
+    status, response_headers, text = _post(target, body.encode(), headers, timeout=config.webhook_timeout_seconds)
+    raise_for_status(status, response_headers, text, provider=provider)
+    return status, response_headers
+
+
 class WebhookProvider:
     def send(self, message: OutgoingMessage) -> SendResult:
-        config = get_config()
-        if not message.webhook_secret:
-            raise PermanentChannelError("the API client has no webhook secret to sign with", code="not_configured")
-        target = webhook_target(message.address, allow_hosts=config.webhook_allow_hosts)
         timestamp = str(int(time.time()))
         body = json.dumps(
             {
@@ -163,16 +190,13 @@ class WebhookProvider:
             separators=(",", ":"),
             default=str,
         )
-        headers = {
-            "Host": target.host_header,
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            "X-Timestamp": timestamp,
-            "X-Signature": webhook_signature(message.webhook_secret, timestamp, body),
-            "Idempotency-Key": message.idempotency_key or message.notification_id,
-        }
-        status, response_headers, text = _post(target, body.encode(), headers, timeout=config.webhook_timeout_seconds)
-        raise_for_status(status, response_headers, text, provider=PROVIDER)
+        status, response_headers = webhook_post_signed(
+            url=message.address,
+            secret=message.webhook_secret,
+            body=body,
+            timestamp=timestamp,
+            idempotency_key=message.idempotency_key or message.notification_id,
+        )
         return SendResult(provider_message_id=response_headers.get("X-Request-Id", "")[:255], response_summary=f"HTTP {status}")
 
 

@@ -92,7 +92,7 @@ from .templates import (
     template_variant_preview,
     template_variants_check,
 )
-from .topics import SubscribeResult, topic_subscribe, topic_unsubscribe, topic_upsert
+from .topics import SubscribeResult, topic_key_check, topic_subscribe, topic_unsubscribe, topic_upsert
 from .unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
 
 __all__ = [
@@ -174,6 +174,7 @@ __all__ = [
     "template_variants_check",
     "time_zone_check",
     "twilio_status_record",
+    "topic_key_check",
     "topic_subscribe",
     "topic_unsubscribe",
     "topic_upsert",

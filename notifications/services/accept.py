@@ -114,22 +114,26 @@ def notification_accept(
     cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
     delay_seconds = notification_enqueued_state(notification, now=now)
     body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
-    with transaction.atomic():
-        if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=now):
-            cap_slot.release()  # a replay sends nothing new
-            replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=now)
-            if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
-                raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
-            return replay
-        digest_join(notification=notification, request=request, now=now)
-        notification.save(force_insert=True)
-        if notification.enqueued_at is not None:
-            transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay_seconds))
-        elif notification.status == Status.SUPPRESSED:
-            status_event_record(notifications=[notification], event_type=StatusEventType.SUPPRESSED)
-            transaction.on_commit(
-                lambda: metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
-            )
+    try:
+        with transaction.atomic():
+            if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=now):
+                cap_slot.release()  # a replay sends nothing new
+                replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=now)
+                if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
+                    raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
+                return replay
+            digest_join(notification=notification, request=request, now=now)
+            notification.save(force_insert=True)
+            if notification.enqueued_at is not None:
+                transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay_seconds))
+            elif notification.status == Status.SUPPRESSED:
+                status_event_record(notifications=[notification], event_type=StatusEventType.SUPPRESSED)
+                transaction.on_commit(
+                    lambda: metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
+                )
+    except BaseException:
+        cap_slot.release()  # nothing was written (a failed statement, the commit, a timeout): nothing will be sent
+        raise
     return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
 
 

@@ -3,7 +3,6 @@ own validation, its own answer), written together and published together."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +22,8 @@ from .accept import (
 )
 from .caps import CapSlot, recipient_cap_take
 from .digests import digest_refused_in_batch
-from .outbox import delivery_message_send, notification_enqueued_state, notification_publish
+from .outbox import notification_enqueued_state, notifications_publish
 from .status_events import status_event_record
-
-logger = logging.getLogger("notifications.services")
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,7 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
     for index, notification, body, _ in built:
         if notification.id in taken:
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
-    _publish([(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None])
+    notifications_publish(pending=[(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None])
 
     for index, item in enumerate(items):
         if results[index] is None:
@@ -122,23 +119,6 @@ def _insert(
             notifications=[n for n in written if n.status == Status.SUPPRESSED], event_type=StatusEventType.SUPPRESSED
         )
     return {notification.id for notification in written}
-
-
-def _publish(pending: list[tuple[Notification, float]]) -> None:
-    """One round trip for the messages due now; a delayed one (send_at within the broker's delay
-    window) goes on its own, as a delay is per message."""
-    due = [n for n, delay in pending if delay == 0]
-    for notification, delay in pending:
-        if delay:
-            notification_publish(notification=notification, delay_seconds=delay)
-    if not due:
-        return
-    try:
-        for priority in sorted({n.priority for n in due}):
-            delivery_message_send(notification_ids=[str(n.pk) for n in due if n.priority == priority], priority=priority)
-    except Exception:
-        logger.warning("could not enqueue a batch of %d notifications; the sweeper will retry", len(due), exc_info=True)
-        Notification.objects.filter(pk__in=[n.pk for n in due], enqueued_at__isnull=False).update(enqueued_at=None)
 
 
 def _answer_from_key(

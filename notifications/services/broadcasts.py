@@ -19,7 +19,6 @@ from .. import metrics
 from ..channels import recipient_address, validate_address
 from ..conf import BROADCAST_FAN_OUT_ROUTE, get_config
 from ..errors import IdempotencyInFlight, InvalidTransition, NotificationError, ValidationFailed
-from ..locales import locale_normalize
 from ..models import (
     DEFAULT_CATEGORY,
     ApiClient,
@@ -38,20 +37,19 @@ from ..models import (
 from ..selectors import (
     broadcast_get,
     suppressed_addresses,
-    template_variants_for,
     topic_get,
     topic_subscriber_count,
     topic_subscribers_after,
 )
 from ..sql import insert_many_or_nothing
 from .accept import AcceptResult, NotificationRequest, _idempotency_claim, idempotency_replay, notification_build
+from .caps import NO_SLOT, CapSlot, recipient_cap_take
 from .consent import consent_at_accept
-from .content import MAX_SUBJECT_LENGTH, notification_content
-from .outbox import delivery_message_send, notification_enqueued_state, notification_publish
+from .content import notification_content
+from .outbox import notification_enqueued_state, notifications_publish
 from .preferences import category_for_client
 from .status_events import status_event_record
-from .templates import variant_pick, variant_render
-from .unsubscribe import UnsubscribeTarget, list_unsubscribe_headers, unsubscribe_url
+from .templates import template_variants_read
 
 logger = logging.getLogger("notifications.services")
 
@@ -115,7 +113,7 @@ def broadcast_build(*, client: ApiClient, request: BroadcastRequest, idempotency
     """The broadcast the request asks for, checked (its topic, category and content: the template
     is rendered once in the default locale, so a missing variable is a 400 now, not a failure per
     subscriber later), not yet saved."""
-    topic = topic_get(client=client, key=request.topic)
+    topic = topic_get(client=client, key=request.topic, counted=False)
     if topic is None:
         raise ValidationFailed(
             f"no topic {request.topic!r}: create it with PUT /api/v1/topics/{request.topic}", extra={"field": "topic"}
@@ -197,9 +195,9 @@ def broadcast_fan_out(
     is no longer the broadcast's (the sweeper resumed a chain whose continuation was only late,
     and the other message ran first) stops without a continuation, so chains never multiply."""
     report = FanOutReport()
-    owned = _fan_out_take(broadcast_id=broadcast_id, lease=_as_lease(lease))
+    owned, finished = _fan_out_take(broadcast_id=broadcast_id, lease=_as_lease(lease))
     if owned is None:
-        report.superseded = True
+        report.finished, report.superseded = finished, not finished
         return report
     deadline = time.monotonic() + slice_seconds
     while True:
@@ -218,13 +216,14 @@ def _as_lease(lease: uuid.UUID | str | None) -> uuid.UUID | None:
     return uuid.UUID(lease) if isinstance(lease, str) else lease
 
 
-def _fan_out_take(*, broadcast_id: Any, lease: uuid.UUID | None) -> uuid.UUID | None:
+def _fan_out_take(*, broadcast_id: Any, lease: uuid.UUID | None) -> tuple[uuid.UUID | None, bool]:
     """Take the fan-out for one slice: a new lease, written only where the broadcast still has the
     message's (a conditional UPDATE, so of two messages with the same lease one wins, on SQLite
     too), a pending broadcast moved to fanning out with ``total`` its subscribers now, the
-    heartbeat moved. None when this message has nothing to do: the broadcast is finished or gone,
-    its lease moved on, or another slice holds its row lock (a batch in flight: that chain is
-    alive, so this one exits rather than waiting to run behind it)."""
+    heartbeat moved. Returns the new lease, or None when this message has nothing to do, with
+    True when that is because the broadcast is finished or gone, False when another message owns
+    the fan-out: its lease moved on, or another slice holds its row lock (a batch in flight: that
+    chain is alive, so this one exits rather than waiting to run behind it)."""
     with transaction.atomic():
         row = (
             Broadcast.objects.select_for_update(skip_locked=True)
@@ -232,8 +231,12 @@ def _fan_out_take(*, broadcast_id: Any, lease: uuid.UUID | None) -> uuid.UUID | 
             .only("status", "lease", "topic_id")
             .first()
         )
-        if row is None or row.status not in UNFINISHED or row.lease != lease:
-            return None
+        if row is None:
+            return None, not Broadcast.objects.filter(pk=broadcast_id).exists()
+        if row.status not in UNFINISHED:
+            return None, True
+        if row.lease != lease:
+            return None, False
         now = timezone.now()
         owned = uuid.uuid4()
         changes: dict[str, Any] = {"lease": owned, "updated_at": now}
@@ -242,7 +245,7 @@ def _fan_out_take(*, broadcast_id: Any, lease: uuid.UUID | None) -> uuid.UUID | 
                 status=BroadcastStatus.FANNING_OUT, total=topic_subscriber_count(topic_id=row.topic_id), started_at=now
             )
         taken = Broadcast.objects.filter(pk=broadcast_id, status=row.status, lease=lease).update(**changes)
-    return owned if taken else None
+    return (owned, False) if taken else (None, False)
 
 
 @dataclass(frozen=True)
@@ -314,20 +317,31 @@ def _after_batch(written: list[Notification], *, delays: dict[Any, float]) -> No
 
 class _NotificationBuilder:
     """Builds a broadcast's notification for one subscriber, as an accept would (its stored
-    address, its consent, the content in its locale) without an accept's per-request reads: the
-    category, the template's variants and the suppression list are read once per batch."""
+    address, its consent, the content in its locale by the accept's own notification_content,
+    its recipient's cap) without an accept's per-request reads: the category, the template's
+    variants and the suppression list are read once per batch. The cap slots it takes go in
+    ``cap_slots``, by notification id, for the batch to give back what it does not write."""
 
-    def __init__(self, broadcast: Broadcast, *, subscribers: list[Recipient], now: datetime) -> None:
+    def __init__(
+        self, broadcast: Broadcast, *, subscribers: list[Recipient], now: datetime, cap_slots: dict[Any, CapSlot]
+    ) -> None:
         self.broadcast = broadcast
         self.now = now
+        self.cap_slots = cap_slots
         self.category: Category = broadcast.category
         self.variants: list[TemplateVariant] | None = None
+        self.template_error = ""
         self.suppressed: dict[str, str] = {}
         self.addresses: dict[int, str] = {}
         if broadcast.channels:
             return  # routed: each subscriber's notification is built by the single accept's code
         if broadcast.template_key:
-            self.variants = template_variants_for(client=broadcast.client, key=broadcast.template_key, channel=broadcast.channel)
+            try:
+                self.variants = template_variants_read(
+                    client=broadcast.client, key=broadcast.template_key, channel=broadcast.channel
+                )
+            except ValidationFailed as error:  # deleted since the broadcast was accepted
+                self.template_error = f"{error.code}: {error.message}"
         self.addresses = {recipient.pk: self._address(recipient) for recipient in subscribers}
         self.suppressed = suppressed_addresses(
             client_id=broadcast.client_id, channel=broadcast.channel, addresses=[a for a in self.addresses.values() if a]
@@ -343,6 +357,11 @@ class _NotificationBuilder:
             # one notification fails, the broadcast goes on.
             notification = self._notification(recipient, status=Status.FAILED, last_error=f"{error.code}: {error.message}")
         notification.broadcast_id = broadcast.pk
+        # One member per (broadcast, subscriber): a batch made again after a crash finds its slot
+        # held and neither counts it twice nor throttles it.
+        slot = recipient_cap_take(notification=notification, member=f"{broadcast.pk}:{recipient.user_id}")
+        if slot is not NO_SLOT:
+            self.cap_slots[notification.pk] = slot
         return notification
 
     def _build_routed(self, recipient: Recipient) -> Notification:
@@ -375,38 +394,32 @@ class _NotificationBuilder:
         reason = consent.suppressed_reason or self.suppressed.get(address, "")
         if reason:
             return self._notification(recipient, address=address, status=Status.SUPPRESSED, suppressed_reason=reason)
-        link = ""
-        if not self.category.critical and (broadcast.template_key or channel == "email"):
-            target = UnsubscribeTarget(
-                client_id=broadcast.client_id, user_id=recipient.user_id, category=self.category.key, channel=channel
-            )
-            link = unsubscribe_url(target)
-        fields: dict[str, Any] = {
-            "subject": broadcast.subject,
-            "message": broadcast.message,
-            "headers": list_unsubscribe_headers(link) if link and channel == "email" else {},
-        }
-        if self.variants is not None:
-            if not self.variants:
-                raise ValidationFailed(
-                    f"template {broadcast.template_key!r} has no {channel} variant", extra={"field": "template"}
-                )
-            variant = variant_pick(self.variants, key=broadcast.template_key, channel=channel, locale=self._locale(recipient))
-            rendered = variant_render(variant, key=broadcast.template_key, data={**broadcast.data, "unsubscribe_url": link})
-            fields.update(
-                subject=broadcast.subject or rendered.subject,
-                message=rendered.body,
-                html_message=rendered.html_body,
-                template_key=broadcast.template_key,
-                locale=rendered.locale,
-            )
-        if len(fields["subject"]) > MAX_SUBJECT_LENGTH:
-            raise ValidationFailed(f"the subject is over {MAX_SUBJECT_LENGTH} characters", extra={"field": "subject"})
-        limit = get_config().max_message_bytes
-        if len(fields["message"].encode()) > limit or len(fields.get("html_message", "").encode()) > limit:
-            raise ValidationFailed(f"the rendered message is over {limit} bytes", extra={"field": "data"})
+        if self.template_error:
+            return self._notification(recipient, address=address, status=Status.FAILED, last_error=self.template_error)
+        content = notification_content(
+            client=broadcast.client,
+            recipient=recipient,
+            category=self.category,
+            user_id=recipient.user_id,
+            channel=channel,
+            message=broadcast.message,
+            subject=broadcast.subject,
+            template=broadcast.template_key,
+            data=broadcast.data,
+            locale=broadcast.locale,
+            variants=self.variants,
+        )
         return self._notification(
-            recipient, address=address, status=Status.ACCEPTED, next_attempt_at=consent.hold_until or self.now, **fields
+            recipient,
+            address=address,
+            status=Status.ACCEPTED,
+            next_attempt_at=consent.hold_until or self.now,
+            subject=content.subject,
+            message=content.message,
+            html_message=content.html_message,
+            headers=content.headers,
+            template_key=content.template_key,
+            locale=content.locale,
         )
 
     def _address(self, recipient: Recipient) -> str:
@@ -415,15 +428,6 @@ class _NotificationBuilder:
         stored = recipient_address(recipient, channel)
         try:
             return validate_address(channel, stored, field="to") if stored else ""
-        except ValidationFailed:
-            return ""
-
-    def _locale(self, recipient: Recipient) -> str:
-        """The broadcast's locale, else the recipient's (one in no known spelling is passed over)."""
-        if self.broadcast.locale:
-            return self.broadcast.locale
-        try:
-            return locale_normalize(recipient.locale) if recipient.locale else ""
         except ValidationFailed:
             return ""
 
@@ -439,7 +443,9 @@ class _NotificationBuilder:
         # Positional: Model.__init__ with keywords walks every field for each one, a third of a
         # batch's time in Python at 500 rows.
         notification = Notification(*[values[attname] for attname in _ATTNAMES])  # type: ignore[misc]
-        notification.client = broadcast.client  # cached, so status events know its URL unread
+        # Cached, so status events know the client's URL and the cap its category, unread.
+        notification.client = broadcast.client
+        notification.category = self.category
         return notification
 
     @functools.cached_property
@@ -492,14 +498,18 @@ def broadcast_cancel(*, client: ApiClient, broadcast_id: Any) -> tuple[Broadcast
 def broadcast_resume_stale(*, now: datetime | None = None) -> int:
     """Enqueue again the fan-out of every broadcast whose heartbeat is older than
     BROADCAST_STALE_SECONDS (its worker died, or its message was lost); it resumes from its
-    cursor. Each is claimed by moving its heartbeat, so several sweepers enqueue it once."""
+    cursor. Each is claimed by moving its heartbeat, so several sweepers enqueue it once. The
+    message carries the fan-out's lease as it is: when the old chain's continuation was only
+    waiting in the queue, whichever of the two runs first takes the fan-out and the other stops."""
     now = now or timezone.now()
     stale_before = now - timedelta(seconds=get_config().broadcast_stale_seconds)
-    stale = Broadcast.objects.filter(status__in=UNFINISHED, updated_at__lt=stale_before).values_list("pk", flat=True)
+    stale = Broadcast.objects.filter(status__in=UNFINISHED, updated_at__lt=stale_before).values_list("pk", "lease")
     resumed = 0
-    for pk in list(stale[:SWEEP_BATCH]):
-        claimed = Broadcast.objects.filter(pk=pk, status__in=UNFINISHED, updated_at__lt=stale_before).update(updated_at=now)
-        if claimed and broadcast_fan_out_enqueue(broadcast_id=pk):
+    for pk, lease in list(stale[:SWEEP_BATCH]):
+        claimed = Broadcast.objects.filter(pk=pk, status__in=UNFINISHED, updated_at__lt=stale_before, lease=lease).update(
+            updated_at=now
+        )
+        if claimed and broadcast_fan_out_enqueue(broadcast_id=pk, lease=lease):
             logger.warning("broadcast %s: its fan-out had stalled; enqueued again", pk)
             resumed += 1
     return resumed

@@ -33,8 +33,11 @@ from ..models import Category, Notification, Status, SuppressedReason
 MAX_CAP_COUNT = 100_000
 MAX_CAP_SECONDS = 31 * 24 * 3600
 
+# What a take answers: the slot is taken now, was held by this member already, or the cap is full.
+OVER, TAKEN, HELD = 0, 1, 2
+
 # KEYS[1]: the recipient's log (a sorted set of slot ids scored by time in microseconds).
-# ARGV[1]: count; ARGV[2]: window (us); ARGV[3]: this slot's id. Returns 1 when the slot is taken.
+# ARGV[1]: count; ARGV[2]: window (us); ARGV[3]: this slot's id. Returns OVER, TAKEN or HELD.
 # Redis' own clock, so web processes on hosts with skewed clocks agree on the window.
 _TAKE_SCRIPT = """
 local count = tonumber(ARGV[1])
@@ -42,6 +45,9 @@ local window = tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
+  return 2
+end
 if redis.call('ZCARD', KEYS[1]) >= count then
   return 0
 end
@@ -114,38 +120,44 @@ class CapSlot:
 NO_SLOT = CapSlot()
 
 
-def recipient_cap_take(*, notification: Notification) -> CapSlot:
+def recipient_cap_take(*, notification: Notification, member: str = "") -> CapSlot:
     """Take a slot of the recipient's cap for a notification about to be sent, or suppress it
     (``throttled``) past the cap. A notification that is not going to be sent on its own
-    (suppressed already, a digest's member) takes nothing."""
+    (suppressed already, a digest's member) takes nothing. ``member`` names the slot (default: the
+    notification's id); a slot that ``member`` holds already is not taken twice, and NO_SLOT is
+    returned for it, as the slot is not this caller's to give back."""
     if notification.status not in (Status.ACCEPTED, Status.QUEUED):
         return NO_SLOT
     cap = category_cap(notification.category)
     if cap is None:
         return NO_SLOT
     key = cache.make_key(f"cap:{notification.client_id}:{notification.category_id}:{notification.user_id}")
-    member = str(notification.pk or uuid.uuid4())
-    if _take(key, member, cap):
+    member = member or str(notification.pk or uuid.uuid4())
+    taken = _take(key, member, cap)
+    if taken == TAKEN:
         return CapSlot(key=key, member=member)
+    if taken == HELD:
+        return NO_SLOT
     notification.status = Status.SUPPRESSED
     notification.suppressed_reason = SuppressedReason.THROTTLED
     notification.enqueued_at = None
     return NO_SLOT
 
 
-def _take(key: str, member: str, cap: RecipientCap) -> bool:
+def _take(key: str, member: str, cap: RecipientCap) -> int:
+    """OVER, TAKEN or HELD."""
     client = redis_client()
     if client is None:
         return _local.take(key, member, cap)
 
-    def take() -> bool:
+    def take() -> int:
         global _script
         with _script_lock:
             if _script is None:
                 _script = client.register_script(_TAKE_SCRIPT)
-        return bool(_script(keys=[key], args=[cap.count, cap.per_seconds * 1_000_000, member], client=client))
+        return int(_script(keys=[key], args=[cap.count, cap.per_seconds * 1_000_000, member], client=client))
 
-    return redis_outage.call(take, fallback=lambda: True)
+    return redis_outage.call(take, fallback=lambda: TAKEN)
 
 
 class _LocalLog:
@@ -155,16 +167,18 @@ class _LocalLog:
         self._lock = threading.Lock()
         self._logs: dict[str, deque[tuple[float, str]]] = {}
 
-    def take(self, key: str, member: str, cap: RecipientCap) -> bool:
+    def take(self, key: str, member: str, cap: RecipientCap) -> int:
         with self._lock:
             now = time.monotonic()
             log = self._logs.setdefault(key, deque())
             while log and log[0][0] <= now - cap.per_seconds:
                 log.popleft()
+            if any(entry[1] == member for entry in log):
+                return HELD
             if len(log) >= cap.count:
-                return False
+                return OVER
             log.append((now, member))
-            return True
+            return TAKEN
 
     def release(self, key: str, member: str) -> None:
         with self._lock:

@@ -9,7 +9,7 @@ from typing import Any
 from ..conf import get_config
 from ..errors import ValidationFailed
 from ..locales import locale_normalize
-from ..models import ApiClient, Category, Recipient
+from ..models import ApiClient, Category, Recipient, TemplateVariant
 from .templates import template_render
 from .unsubscribe import UnsubscribeTarget, list_unsubscribe_headers, unsubscribe_url
 
@@ -38,11 +38,13 @@ def notification_content(
     template: str,
     data: dict[str, Any],
     locale: str,
+    variants: list[TemplateVariant] | None = None,
 ) -> NotificationContent:
     """The message to store and send: ``message`` as given, or exactly one of them, ``template``
     rendered with ``data`` (``subject`` still overrides). Every non-critical email carries the
     one-click unsubscribe headers; templates get the same link as ``unsubscribe_url`` ("" for a
-    critical category, which nobody can opt out of)."""
+    critical category, which nobody can opt out of). ``variants``: the template's variants of
+    ``channel`` read already, by a caller building many notifications (services/templates.py)."""
     if bool(message) == bool(template):
         field_name = "template" if message else "message"
         raise ValidationFailed("give either message, or template with data (not both)", extra={"field": field_name})
@@ -61,6 +63,7 @@ def notification_content(
             channel=channel,
             locale=_locale(requested=locale, recipient=recipient),
             data={**data, "unsubscribe_url": link},
+            variants=variants,
         )
         content = NotificationContent(
             subject=subject or rendered.subject,

@@ -30,7 +30,7 @@ from ..models import AttemptOutcome, DeliveryAttempt, Notification, Status, Stat
 from ..ratelimit import Reservation, reserve_send_slot
 from ..selectors import notifications_pending_delivery
 from .consent import consent_before_send
-from .failover import provider_for_send, provider_send_record
+from .failover import provider_error_is_account_level, provider_for_send, provider_send_record
 from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
 from .routing import routes_delivered
 from .status_events import status_event_record
@@ -221,6 +221,12 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         try:
             result = provider.send(message)
         except PermanentChannelError as exc:
+            if provider_error_is_account_level(exc):
+                # A revoked token or a refused login is the account's fault, not the recipient's:
+                # a failure for the circuit (the next sends go to a backup) and a retry.
+                tracing.record_outcome(span, "transient_error")
+                provider_send_record(notification.channel, attempt.account, ok=False)
+                return record_transient_failure(notification, attempt, exc, started)
             tracing.record_outcome(span, "permanent_error")
             provider_send_record(notification.channel, attempt.account, ok=True)  # it answered: the account works
             return record_permanent_failure(notification, attempt, exc, started)

@@ -30,13 +30,14 @@ from django.utils import timezone
 from .. import metrics, tracing
 from ..conf import DIGEST_CLOSE_ROUTE, get_config
 from ..errors import InvalidTransition, NotificationError, ValidationFailed
-from ..models import UNCLOSED_DIGEST_STATUSES, Digest, DigestStatus, Notification, Status
+from ..models import UNCLOSED_DIGEST_STATUSES, Digest, DigestStatus, Notification, Status, StatusEventType
 from ..selectors import recipient_get
 from ..sql import insert_rows_or_nothing
-from .caps import recipient_cap_take
+from .caps import NO_SLOT, recipient_cap_take
 from .consent import consent_at_accept
 from .content import notification_content
 from .outbox import notification_enqueued_state, notification_publish
+from .status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 
@@ -53,6 +54,8 @@ DIGEST_SWEEP_BATCH = 200
 # An accept finds the open digest closed under it at most a few times in a row (each time a closer
 # or an expired window took it); past this something else is wrong.
 MAX_JOIN_ATTEMPTS = 10
+# A digest's notification that ends here, never to be sent, and the status event that says so.
+ENDED_AT_CLOSE: dict[str, str] = {Status.SUPPRESSED: StatusEventType.SUPPRESSED, Status.FAILED: StatusEventType.FAILED}
 
 
 @dataclass(frozen=True)
@@ -248,41 +251,50 @@ def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseR
     """Close a digest whose window has ended or that is full: one transaction holding its row lock
     makes its one notification from the members still ``digested`` (or none when all were
     cancelled: ``empty``) and marks it closed. A second closer waits on the lock, then finds it
-    closed; an open digest not yet due is left as it is."""
+    closed; an open digest not yet due is left as it is. A notification that ends suppressed
+    (its recipient's consent, its cap) or failed (it no longer renders) gets its status event
+    in the same transaction, as an accept's would."""
     now = now or timezone.now()
-    with transaction.atomic():
-        digest = (
-            Digest.objects.select_for_update(of=("self",))
-            .select_related("client", "category")
-            .filter(pk=digest_id, status__in=UNCLOSED_DIGEST_STATUSES)
-            .first()
-        )
-        if digest is None:
-            return DigestCloseResult("closed")
-        if digest.status == DigestStatus.OPEN and digest.closes_at > now + timedelta(seconds=CLOSE_EARLY_TOLERANCE_SECONDS):
-            return DigestCloseResult("not_due")
-        items = list(
-            Notification.objects.filter(digest=digest, status=Status.DIGESTED)
-            .order_by("created_at", "id")
-            .values_list("digest_data", flat=True)
-        )
-        digest.closed_at = now
-        if not items:
-            digest.status = DigestStatus.EMPTY
-            digest.save(update_fields=["status", "closed_at", "updated_at"])
-            return DigestCloseResult("empty")
-        notification = _digest_notification(digest=digest, items=items, now=now)
-        delay = notification_enqueued_state(notification, now=now)
-        recipient_cap_take(notification=notification)
-        notification.save(force_insert=True)
-        digest.status = DigestStatus.SENT
-        digest.notification = notification
-        digest.save(update_fields=["status", "notification", "closed_at", "updated_at"])
-        if notification.enqueued_at is not None:
-            transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
-        elif notification.status == Status.SUPPRESSED:
-            channel, reason = notification.channel, notification.suppressed_reason
-            transaction.on_commit(lambda: metrics.record_suppressed(channel=channel, reason=reason))
+    cap_slot = NO_SLOT
+    try:
+        with transaction.atomic():
+            digest = (
+                Digest.objects.select_for_update(of=("self",))
+                .select_related("client", "category")
+                .filter(pk=digest_id, status__in=UNCLOSED_DIGEST_STATUSES)
+                .first()
+            )
+            if digest is None:
+                return DigestCloseResult("closed")
+            if digest.status == DigestStatus.OPEN and digest.closes_at > now + timedelta(seconds=CLOSE_EARLY_TOLERANCE_SECONDS):
+                return DigestCloseResult("not_due")
+            items = list(
+                Notification.objects.filter(digest=digest, status=Status.DIGESTED)
+                .order_by("created_at", "id")
+                .values_list("digest_data", flat=True)
+            )
+            digest.closed_at = now
+            if not items:
+                digest.status = DigestStatus.EMPTY
+                digest.save(update_fields=["status", "closed_at", "updated_at"])
+                return DigestCloseResult("empty")
+            notification = _digest_notification(digest=digest, items=items, now=now)
+            cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
+            delay = notification_enqueued_state(notification, now=now)
+            notification.save(force_insert=True)
+            digest.status = DigestStatus.SENT
+            digest.notification = notification
+            digest.save(update_fields=["status", "notification", "closed_at", "updated_at"])
+            if notification.enqueued_at is not None:
+                transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
+            elif notification.status in ENDED_AT_CLOSE:
+                status_event_record(notifications=[notification], event_type=ENDED_AT_CLOSE[notification.status])
+                if notification.status == Status.SUPPRESSED:
+                    channel, reason = notification.channel, notification.suppressed_reason
+                    transaction.on_commit(lambda: metrics.record_suppressed(channel=channel, reason=reason))
+    except BaseException:
+        cap_slot.release()  # rolled back: the notification that took it was never written
+        raise
     logger.info(
         "digest %s closed with %d items as notification %s",
         digest.pk,

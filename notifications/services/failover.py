@@ -73,9 +73,12 @@ def provider_error_is_account_level(exc: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, smtplib.SMTPResponseException) and current.smtp_code in ACCOUNT_SMTP_CODES:
             return True
-        if isinstance(current, smtplib.SMTPRecipientsRefused) and current.recipients:
-            if all(code in ACCOUNT_SMTP_CODES for code, _ in current.recipients.values()):
-                return True
+        if (
+            isinstance(current, smtplib.SMTPRecipientsRefused)
+            and current.recipients
+            and all(code in ACCOUNT_SMTP_CODES for code, _ in current.recipients.values())
+        ):
+            return True
         current = current.__cause__ or current.__context__
     return False
 

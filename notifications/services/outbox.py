@@ -134,3 +134,21 @@ def notification_publish(*, notification: Notification, delay_seconds: float) ->
         Notification.objects.filter(pk=notification.pk, enqueued_at=notification.enqueued_at).update(enqueued_at=None)
         return False
     return True
+
+
+def notifications_publish(*, pending: list[tuple[Notification, float]]) -> None:
+    """Publish the delivery messages of notifications committed in their enqueued state, each with
+    its delay (notification_enqueued_state): those due now in one round trip a priority, a delayed
+    one on its own (a delay is per message). What the broker refuses has its ``enqueued_at``
+    cleared, so the sweeper sends it."""
+    for notification, delay in pending:
+        if delay:
+            notification_publish(notification=notification, delay_seconds=delay)
+    due = [notification for notification, delay in pending if not delay]
+    for priority in sorted({n.priority for n in due}):
+        ids = [n.pk for n in due if n.priority == priority]
+        try:
+            delivery_message_send(notification_ids=[str(pk) for pk in ids], priority=priority)
+        except Exception:
+            logger.warning("could not enqueue a batch of %d notifications; the sweeper will retry", len(ids), exc_info=True)
+            Notification.objects.filter(pk__in=ids, enqueued_at__isnull=False).update(enqueued_at=None)

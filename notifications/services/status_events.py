@@ -24,9 +24,7 @@ from django.utils import timezone
 
 from ..broker_batch import messages_publish
 from ..channels import validate_address
-from ..channels.http import raise_for_status
-from ..channels.webhook import _post as webhook_post
-from ..channels.webhook import webhook_signature, webhook_target
+from ..channels.webhook import webhook_post_signed, webhook_target
 from ..conf import STATUS_EVENT_ROUTE, get_config
 from ..errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
 from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
@@ -265,26 +263,20 @@ def status_event_deliver(*, event_id: Any) -> str:
 
 
 def _post(event: StatusEvent) -> None:
-    """One signed POST of the event (X-Timestamp, X-Signature: the webhook channel's scheme), to a
-    target vetted by the webhook channel's SSRF guard; raises the channel error an answer means."""
-    client, config = event.client, get_config()
+    """One signed POST of the event, as the webhook channel posts (its signature, its SSRF guard);
+    raises the channel error an answer means."""
+    client = event.client
     if not client.status_webhook_url:
         raise PermanentChannelError("the API client has no status_webhook_url any more", code="not_configured")
-    if not client.webhook_secret:
-        raise PermanentChannelError("the API client has no webhook secret to sign with", code="not_configured")
-    target = webhook_target(client.status_webhook_url, allow_hosts=config.webhook_allow_hosts)
-    timestamp = str(int(time.time()))
-    body = json.dumps(status_event_payload(event), separators=(",", ":"))
-    headers = {
-        "Host": target.host_header,
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Timestamp": timestamp,
-        "X-Signature": webhook_signature(client.webhook_secret, timestamp, body),
-        "Idempotency-Key": str(event.pk),
-    }
-    status, response_headers, text = webhook_post(target, body.encode(), headers, timeout=config.webhook_timeout_seconds)
-    raise_for_status(status, response_headers, text, provider=PROVIDER)
+    webhook_post_signed(
+        url=client.status_webhook_url,
+        secret=client.webhook_secret,
+        body=json.dumps(status_event_payload(event), separators=(",", ":")),
+        timestamp=str(int(time.time())),
+        idempotency_key=str(event.pk),
+        user_agent=USER_AGENT,
+        provider=PROVIDER,
+    )
 
 
 def _finish_failed(event: StatusEvent, lease_until: datetime, exc: BaseException, *, retry: bool) -> str:

@@ -198,12 +198,30 @@ def _render(source: str, data: dict[str, Any], *, html: bool) -> str:
     raise ValidationFailed(f"the template uses {{{{ {name} }}}} but data has no {name!r}", extra={"field": f"data.{name}"})
 
 
-def template_render(*, client: ApiClient, key: str, channel: str, locale: str, data: dict[str, Any]) -> RenderedMessage:
-    """Render the client's template ``key`` (or the platform's of that key) for ``channel`` in the
-    best locale; ValidationFailed for an unknown template, no variant, or a missing variable."""
+def template_variants_read(*, client: ApiClient, key: str, channel: str) -> list[TemplateVariant]:
+    """The ``channel`` variants of the client's template ``key`` (or the platform's of that key);
+    ValidationFailed for an unknown template."""
     variants = template_variants_for(client=client, key=key, channel=channel)
     if variants is None:
         raise ValidationFailed(f"unknown template {key!r}", extra={"field": "template"})
+    return variants
+
+
+def template_render(
+    *,
+    client: ApiClient,
+    key: str,
+    channel: str,
+    locale: str,
+    data: dict[str, Any],
+    variants: Iterable[TemplateVariant] | None = None,
+) -> RenderedMessage:
+    """Render the client's template ``key`` (or the platform's of that key) for ``channel`` in the
+    best locale; ValidationFailed for an unknown template, no variant, or a missing variable.
+    ``variants``: its ``channel`` variants read already (template_variants_read), by a caller that
+    renders it for many recipients (a broadcast's batch); else they are read here."""
+    if variants is None:
+        variants = template_variants_read(client=client, key=key, channel=channel)
     variant = variant_pick(variants, key=key, channel=channel, locale=locale)
     return variant_render(variant, key=key, data=data)
 

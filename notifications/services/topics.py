@@ -13,6 +13,7 @@ from ..selectors import recipient_ids_by_user_id, topic_get, topic_subscriber_co
 from ..sql import insert_rows_or_nothing
 from .preferences import key_check
 
+MAX_TOPIC_KEY_LENGTH = 100  # Topic.key
 MAX_SUBSCRIBE = 1000  # user ids per call: one lookup and one multi-row INSERT
 MAX_USER_ID_LENGTH = 255  # Recipient.user_id
 
@@ -25,7 +26,7 @@ class SubscribeResult:
 
 def topic_upsert(*, client: ApiClient, key: str, name: str) -> tuple[Topic, bool]:
     """Create the client's topic ``key`` or rename it; True when created."""
-    key_check(key, field="key", max_length=100)
+    topic_key_check(key)
     try:
         with transaction.atomic():
             return Topic.objects.update_or_create(client=client, key=key, defaults={"name": name})
@@ -33,8 +34,15 @@ def topic_upsert(*, client: ApiClient, key: str, name: str) -> tuple[Topic, bool
         return Topic.objects.update_or_create(client=client, key=key, defaults={"name": name})
 
 
+def topic_key_check(key: str) -> str:
+    """A topic's key, as every path that names one takes it: a slug; else ValidationFailed
+    naming ``key`` (a NUL or a space is a 400, never a database error)."""
+    return key_check(key, field="key", max_length=MAX_TOPIC_KEY_LENGTH)
+
+
 def topic_for_client(*, client: ApiClient, key: str) -> Topic:
-    topic = topic_get(client=client, key=key)
+    """The client's topic ``key``, for a write (its subscriber count not read); NotFound if none."""
+    topic = topic_get(client=client, key=topic_key_check(key), counted=False)
     if topic is None:
         raise NotFound(f"no topic {key!r}: create it with PUT /api/v1/topics/{key}")
     return topic
@@ -62,7 +70,7 @@ def topic_subscribe(*, client: ApiClient, key: str, user_ids: list[str]) -> Subs
     now = timezone.now()
     rows = [{"topic_id": topic.pk, "recipient_id": known[user_id], "created_at": now} for user_id in wanted]
     added = insert_rows_or_nothing(TopicSubscription, rows, conflict_fields=("topic_id", "recipient_id"), returning="id")
-    return SubscribeResult(added=len(added), subscriber_count=topic_subscriber_count(topic=topic))
+    return SubscribeResult(added=len(added), subscriber_count=topic_subscriber_count(topic_id=topic.pk))
 
 
 def topic_unsubscribe(*, client: ApiClient, key: str, user_id: str) -> bool:
