@@ -79,6 +79,9 @@ def gunicorn_server(**env: str) -> Iterator[WebServer]:
     key prefix. Needs the test database to exist (``django_db_setup``)."""
     port = free_port()
     command = [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"]
+    # One worker unless a test asks for more (tests/test_metrics.py): each starts Django, which is
+    # most of a server's start-up on two cores.
+    env = {"WEB_CONCURRENCY": "1", **env}
     with WebServer([*command, "platform.wsgi:application"], port=port, env=platform_env(**env)) as server:
         yield server
 

@@ -40,7 +40,6 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         published.extend(notification_ids)
 
     monkeypatch.setattr(services.outbox, "delivery_message_send", keep)
-    monkeypatch.setattr(services.accept_batch, "delivery_message_send", keep)
     yield published
 
 
@@ -169,7 +168,7 @@ def test_a_sweep_hands_what_is_due_to_the_broker_in_batch_messages(monkeypatch: 
     from django.utils import timezone
 
     published: list[list[str]] = []
-    monkeypatch.setattr(services.accept_batch, "delivery_message_send", lambda **kwargs: None)  # lost at accept
+    monkeypatch.setattr(services.outbox, "delivery_message_send", lambda **kwargs: None)  # lost at accept
     ids = accept_batch(120)
     Notification.objects.filter(pk__in=ids).update(enqueued_at=None, status=Status.ACCEPTED)
     monkeypatch.setattr(

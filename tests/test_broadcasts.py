@@ -161,6 +161,30 @@ def test_each_subscriber_gets_the_template_in_its_own_locale(api: APIClient, cli
 
 
 @pytest.mark.django_db
+def test_a_page_built_ahead_from_a_cursor_that_moved_is_given_up_and_the_batch_read_again(
+    api: APIClient, client_and_token: tuple[ApiClient, str]
+) -> None:
+    """broadcast_fan_out builds the next page while the last one is written; the write uses it only
+    when it starts at the cursor found under the lock."""
+    from notifications.services.broadcasts import _page_build
+
+    client = client_and_token[0]
+    user_ids = subscribe(client, "news", 10, email="{n}@example.com")
+    broadcast_id = post_broadcast(api, EMAIL_BODY).json()["id"]
+    with override_notifications(BROADCAST_BATCH_SIZE=4):
+        services.broadcast_fan_out(broadcast_id=broadcast_id, slice_seconds=0)  # takes the lease, writes the first 4
+        broadcast = Broadcast.objects.select_related("client", "category").get(pk=broadcast_id)
+        stale = _page_build(broadcast, after=0)  # built from a cursor the fan-out has moved past
+        assert [n.user_id for n in stale.built] == user_ids[:4]
+        batch = services.broadcast_fan_out_batch(broadcast_id=broadcast_id, lease=broadcast.lease, page=stale)
+        assert batch.created == 4 and batch.cursor is not None
+        fan_out_here(broadcast_id)
+    made = Notification.objects.filter(broadcast_id=broadcast_id)
+    assert sorted(made.values_list("user_id", flat=True)) == sorted(user_ids)
+    assert Broadcast.objects.get(pk=broadcast_id).status == BroadcastStatus.SENT
+
+
+@pytest.mark.django_db
 def test_a_resumed_fan_out_makes_no_duplicate_and_misses_nobody(api: APIClient, client_and_token: tuple[ApiClient, str]) -> None:
     client = client_and_token[0]
     user_ids = subscribe(client, "news", 25, email="{n}@example.com")

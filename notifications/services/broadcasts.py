@@ -3,16 +3,18 @@ fanned out by a worker into one notification per subscriber, batch by batch, res
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import dramatiq
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .. import metrics
@@ -200,16 +202,38 @@ def broadcast_fan_out(
         report.finished, report.superseded = finished, not finished
         return report
     deadline = time.monotonic() + slice_seconds
-    while True:
-        batch = broadcast_fan_out_batch(broadcast_id=broadcast_id, lease=owned)
-        report.batches += 1
-        report.created += batch.created
-        if batch.finished or batch.superseded:
-            report.finished, report.superseded = batch.finished, batch.superseded
-            return report
-        if time.monotonic() >= deadline:
-            broadcast_fan_out_enqueue(broadcast_id=broadcast_id, lease=owned)
-            return report
+    # Each batch's subscribers are read and its notifications built in a second thread while the
+    # batch before is written (building is Python, writing mostly PostgreSQL's time): a fan-out
+    # takes about the longer of the two, not their sum. Only the write checks the lease and the
+    # cursor, under the broadcast's lock, so a page built ahead is used only where it fits.
+    # The second thread has a connection of its own, which sees only what is committed: called
+    # inside a transaction of the caller's (a test's), pages are built in this thread instead.
+    broadcast = Broadcast.objects.select_related("client", "category").get(pk=broadcast_id)
+    ahead: Future[_Page] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fan-out") as builder:
+        build_ahead = not transaction.get_connection().in_atomic_block
+        try:
+            while True:
+                page = ahead.result() if ahead is not None else None
+                ahead = None
+                if build_ahead and page is not None and page.cursor is not None and time.monotonic() < deadline:
+                    ahead = builder.submit(_page_build, broadcast, after=page.cursor)
+                batch = broadcast_fan_out_batch(broadcast_id=broadcast_id, lease=owned, page=page)
+                report.batches += 1
+                report.created += batch.created
+                if batch.finished or batch.superseded:
+                    report.finished, report.superseded = batch.finished, batch.superseded
+                    return report
+                if time.monotonic() >= deadline:
+                    broadcast_fan_out_enqueue(broadcast_id=broadcast_id, lease=owned)
+                    return report
+                if build_ahead and ahead is None and batch.cursor is not None:
+                    ahead = builder.submit(_page_build, broadcast, after=batch.cursor)
+        finally:
+            if ahead is not None:
+                with contextlib.suppress(BaseException):
+                    ahead.result().release()
+            builder.submit(connections.close_all).result()  # the builder thread's own connection
 
 
 def _as_lease(lease: uuid.UUID | str | None) -> uuid.UUID | None:
@@ -253,16 +277,57 @@ class BatchOutcome:
     created: int
     finished: bool
     superseded: bool = False
+    cursor: int | None = None  # where the next batch starts
 
 
-def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID) -> BatchOutcome:
+@dataclass
+class _Page:
+    """A page of subscribers read and their notifications built, not yet written: by the lease
+    holder's slice, the next page while the one before it is written (broadcast_fan_out)."""
+
+    after: int  # the cursor the page starts after
+    cursor: int | None  # the cursor after it; None: no subscriber left
+    built: list[Notification] = field(default_factory=list)
+    delays: dict[Any, float] = field(default_factory=dict)
+    cap_slots: dict[Any, CapSlot] = field(default_factory=dict)
+    now: datetime = field(default_factory=timezone.now)
+
+    def release(self, *, kept: set[Any] | None = None) -> None:
+        # A cap slot taken for a notification not written (its row was there already, or the
+        # batch rolled back or was given up) is given back; a redone batch takes it again.
+        for notification_id, slot in self.cap_slots.items():
+            if notification_id not in (kept or set()):
+                slot.release()
+
+
+def _page_build(broadcast: Broadcast, *, after: int) -> _Page:
+    """Read the next BROADCAST_BATCH_SIZE subscribers after ``after`` and build their
+    notifications: reads, and the recipients' cap slots, but no write."""
+    subscribers, cursor = topic_subscribers_after(
+        topic_id=broadcast.topic_id, after=after, limit=get_config().broadcast_batch_size
+    )
+    page = _Page(after=after, cursor=cursor)
+    if cursor is None:
+        return page
+    builder = _NotificationBuilder(broadcast, subscribers=subscribers, now=page.now, cap_slots=page.cap_slots)
+    try:
+        page.built = [builder.build(recipient) for recipient in subscribers]
+        page.delays = {n.pk: notification_enqueued_state(n, now=page.now) for n in page.built}
+    except BaseException:
+        page.release()
+        raise
+    return page
+
+
+def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID, page: _Page | None = None) -> BatchOutcome:
     """One batch of the fan-out in one transaction, by the holder of ``lease``: the next
     BROADCAST_BATCH_SIZE subscribers after the cursor, their notifications inserted ``ON CONFLICT
     (broadcast, user_id) DO NOTHING``, the cursor and heartbeat advanced; the due ones published
     after the commit. With no subscriber left, the broadcast is sent. A cancelled one is left
-    alone; one whose lease another message took is left to it (``superseded``)."""
-    size = get_config().broadcast_batch_size
-    cap_slots: dict[Any, CapSlot] = {}
+    alone; one whose lease another message took is left to it (``superseded``).
+
+    ``page``: the batch already read and built (outside the transaction, while the previous batch
+    was written); used only if it starts at the cursor found under the lock, else given back."""
     kept: set[Any] = set()
     try:
         with transaction.atomic():
@@ -275,22 +340,23 @@ def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID) -> BatchOutc
                 return BatchOutcome(created=0, finished=True)
             if broadcast.lease != lease:
                 return BatchOutcome(created=0, finished=False, superseded=True)
-            now = timezone.now()
-            subscribers, cursor = topic_subscribers_after(topic_id=broadcast.topic_id, after=broadcast.cursor, limit=size)
-            if cursor is None:
+            if page is None or page.after != broadcast.cursor:
+                if page is not None:
+                    page.release()
+                page = _page_build(broadcast, after=broadcast.cursor)
+            now = page.now
+            if page.cursor is None:
                 made = Notification.objects.filter(broadcast_id=broadcast.pk).count()
                 Broadcast.objects.filter(pk=broadcast.pk).update(
                     status=BroadcastStatus.SENT, total=made, finished_at=now, updated_at=now
                 )
                 logger.info("broadcast %s fanned out: %d notifications", broadcast.pk, made)
                 return BatchOutcome(created=0, finished=True)
-            builder = _NotificationBuilder(broadcast, subscribers=subscribers, now=now, cap_slots=cap_slots)
-            built = [builder.build(recipient) for recipient in subscribers]
-            delays = {n.pk: notification_enqueued_state(n, now=now) for n in built}
+            built, delays = page.built, page.delays
             columns = [(str(model_field.column), model_field.attname) for model_field in Notification._meta.concrete_fields]
             rows = [{column: getattr(n, attname) for column, attname in columns} for n in built]
             inserted = insert_many_or_nothing(Notification, rows, conflict_fields=("broadcast_id", "user_id"), returning="id")
-            Broadcast.objects.filter(pk=broadcast.pk).update(cursor=cursor, updated_at=now)
+            Broadcast.objects.filter(pk=broadcast.pk).update(cursor=page.cursor, updated_at=timezone.now())
             written = [n for n in built if n.pk in inserted]
             status_event_record(
                 notifications=[n for n in written if n.status == Status.SUPPRESSED], event_type=StatusEventType.SUPPRESSED
@@ -298,12 +364,9 @@ def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID) -> BatchOutc
             transaction.on_commit(lambda: _after_batch(written, delays=delays))
         kept = inserted
     finally:
-        # A cap slot taken for a notification not written (its row was there already, or the
-        # batch rolled back) is given back; a redone batch takes it again.
-        for notification_id, slot in cap_slots.items():
-            if notification_id not in kept:
-                slot.release()
-    return BatchOutcome(created=len(written), finished=False)
+        if page is not None:
+            page.release(kept=kept)
+    return BatchOutcome(created=len(written), finished=False, cursor=page.cursor)
 
 
 def _after_batch(written: list[Notification], *, delays: dict[Any, float]) -> None:
