@@ -17,9 +17,7 @@ import pytest
 import requests
 from django.db.models import Count
 from django.utils import timezone
-from django_dramatiq.middleware import DbConnectionsMiddleware
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import CurrentMessage, Retries
 from rest_framework.test import APIClient
 
 from notifications import actors, services
@@ -41,6 +39,7 @@ from .fakes import override_notifications
 from .faults import FaultPlatform, WebhookReceiver
 from .helpers import wait_until
 from .live_servers import embedded_platform
+from .stub_broker import stub_broker_with
 
 # --- Helpers -------------------------------------------------------------------------------------
 
@@ -239,17 +238,10 @@ def test_the_notification_list_filters_by_broadcast(api: APIClient, client_and_t
 
 @pytest.fixture
 def stub_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubBroker]:
-    broker = StubBroker(middleware=[Retries(), CurrentMessage(), DbConnectionsMiddleware()])
-    for actor in (actors.fan_out_broadcast, actors.deliver_notification, actors.deliver_bulk_notification):
-        monkeypatch.setattr(actor, "broker", broker)
-        broker.declare_actor(actor)
-    original = dramatiq.get_broker()
-    dramatiq.set_broker(broker)
-    try:
+    with stub_broker_with(
+        monkeypatch, (actors.fan_out_broadcast, actors.deliver_notification, actors.deliver_bulk_notification)
+    ) as broker:
         yield broker
-    finally:
-        dramatiq.set_broker(original)
-        broker.close()
 
 
 @pytest.mark.django_db

@@ -10,9 +10,7 @@ from typing import Any
 
 import dramatiq
 import pytest
-from django_dramatiq.middleware import DbConnectionsMiddleware
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import CurrentMessage, Retries
 
 from notifications import actors, services
 from notifications.conf import BULK_QUEUE, HIGH_QUEUE
@@ -20,6 +18,8 @@ from notifications.models import AttemptOutcome, DeadLetter, DeadLetterReason, N
 
 from .factories import accept_notification, make_api_client, make_recipient
 from .fakes import FakeProviderServer, Reply, override_notifications, provider_server_fixture  # noqa: F401  (fixture)
+from .stub_broker import drain as drain_queues
+from .stub_broker import stub_broker_with, stub_worker_on
 
 DELIVERY_ACTORS = (actors.deliver_notification, actors.deliver_bulk_notification)
 
@@ -27,34 +27,18 @@ DELIVERY_ACTORS = (actors.deliver_notification, actors.deliver_bulk_notification
 @pytest.fixture
 def stub_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubBroker]:
     """A StubBroker with the delivery actors, made the global broker for this test."""
-    broker = StubBroker(middleware=[Retries(), CurrentMessage(), DbConnectionsMiddleware()])
-    broker.emit_after("process_boot")
-    for actor in DELIVERY_ACTORS:
-        monkeypatch.setattr(actor, "broker", broker)
-        broker.declare_actor(actor)
-    original = dramatiq.get_broker()
-    dramatiq.set_broker(broker)
-    try:
+    with stub_broker_with(monkeypatch, DELIVERY_ACTORS) as broker:
         yield broker
-    finally:
-        dramatiq.set_broker(original)
-        broker.close()
 
 
 @pytest.fixture
 def stub_worker(stub_broker: StubBroker, transactional_db: None) -> Iterator[dramatiq.Worker]:
-    worker = dramatiq.Worker(stub_broker, worker_threads=1, worker_timeout=50)
-    worker.start()
-    try:
+    with stub_worker_on(stub_broker) as worker:
         yield worker
-    finally:
-        worker.stop()
 
 
 def drain(broker: StubBroker, worker: dramatiq.Worker) -> None:
-    for queue in (HIGH_QUEUE, BULK_QUEUE):
-        broker.join(queue, timeout=20_000, fail_fast=False)
-    worker.join()
+    drain_queues(broker, worker, (HIGH_QUEUE, BULK_QUEUE))
 
 
 def test_accepting_enqueues_one_message_on_the_queue_of_its_priority(

@@ -18,9 +18,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from django_dramatiq.middleware import DbConnectionsMiddleware
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import CurrentMessage, Retries
 from rest_framework.test import APIClient
 
 from notifications import actors, services
@@ -32,6 +30,8 @@ from notifications.services import status_events
 from .factories import accept_notification, make_api_client, make_recipient
 from .fakes import FakeProviderServer, RecordedRequest, Reply, override_notifications, provider_server_fixture  # noqa: F401
 from .helpers import ROOT, wait_until
+from .stub_broker import drain as drain_queues
+from .stub_broker import stub_broker_with, stub_worker_on
 
 ACTORS = (actors.deliver_notification, actors.deliver_bulk_notification, actors.deliver_status_event)
 STATUS_PATH = "/status-events"
@@ -64,34 +64,18 @@ def receiver(provider_server: FakeProviderServer) -> Iterator[FakeProviderServer
 
 @pytest.fixture
 def stub_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubBroker]:
-    broker = StubBroker(middleware=[Retries(), CurrentMessage(), DbConnectionsMiddleware()])
-    broker.emit_after("process_boot")
-    for actor in ACTORS:
-        monkeypatch.setattr(actor, "broker", broker)
-        broker.declare_actor(actor)
-    original = dramatiq.get_broker()
-    dramatiq.set_broker(broker)
-    try:
+    with stub_broker_with(monkeypatch, ACTORS) as broker:
         yield broker
-    finally:
-        dramatiq.set_broker(original)
-        broker.close()
 
 
 @pytest.fixture
 def stub_worker(stub_broker: StubBroker, transactional_db: None) -> Iterator[dramatiq.Worker]:
-    worker = dramatiq.Worker(stub_broker, worker_threads=1, worker_timeout=50)
-    worker.start()
-    try:
+    with stub_worker_on(stub_broker) as worker:
         yield worker
-    finally:
-        worker.stop()
 
 
 def drain(broker: StubBroker, worker: dramatiq.Worker) -> None:
-    for queue in (HIGH_QUEUE, BULK_QUEUE, STATUS_EVENT_QUEUE):
-        broker.join(queue, timeout=20_000, fail_fast=False)
-    worker.join()
+    drain_queues(broker, worker, (HIGH_QUEUE, BULK_QUEUE, STATUS_EVENT_QUEUE))
 
 
 def api_for(token: str) -> APIClient:

@@ -14,14 +14,14 @@ from .. import selectors, services
 from ..errors import ValidationFailed
 from ..models import DEFAULT_CATEGORY, Broadcast, BroadcastStatus, Channel, Priority
 from .schema import api_operation
-from .serializers import RefusesUnknownFields, StrictCharField, locale_field, metadata_problem
+from .serializers import ContentRules, RefusesUnknownFields, StrictCharField, locale_field
 from .views import IDEMPOTENCY_HEADER, MAX_KEY_LENGTH, REPLAYED_HEADER, _client, _require_object
 
 BROADCAST_ID = OpenApiParameter("broadcast_id", str, OpenApiParameter.PATH, description="The broadcast's id (a UUID).")
 NOT_FOUND = "This client has no broadcast with this id."
 
 
-class BroadcastCreateSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class BroadcastCreateSerializer(ContentRules, RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     topic = StrictCharField(max_length=100, help_text="The key of one of the client's topics (PUT /topics/{key}).")
     channel = serializers.ChoiceField(choices=Channel.choices, default=Channel.EMAIL)
     channels = serializers.ListField(
@@ -43,34 +43,6 @@ class BroadcastCreateSerializer(RefusesUnknownFields, serializers.Serializer):  
         default=Priority.BULK,
         help_text="bulk by default, so a broadcast never delays a transactional send.",
     )
-
-    def validate_subject(self, value: str) -> str:
-        if "\r" in value or "\n" in value:
-            raise serializers.ValidationError("a subject is one line (no CR or LF)")
-        return value
-
-    def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
-        problem = metadata_problem(value)
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
-
-    def validate_data(self, value: dict[str, Any]) -> dict[str, Any]:
-        problem = metadata_problem(value, name="data")
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if bool(attrs.get("message")) == bool(attrs.get("template")):
-            field = "template" if attrs.get("message") else "message"
-            raise serializers.ValidationError({field: ["give either message, or template with data (not both)"]})
-        if "channels" in attrs:
-            if "channel" in self.initial_data:
-                raise serializers.ValidationError({"channels": ["give either channel or channels (not both)"]})
-            if len(set(attrs["channels"])) != len(attrs["channels"]):
-                raise serializers.ValidationError({"channels": ["each channel at most once"]})
-        return attrs
 
     def to_request(self) -> services.BroadcastRequest:
         data = self.validated_data

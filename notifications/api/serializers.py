@@ -49,7 +49,44 @@ class DigestSerializer(RefusesUnknownFields, serializers.Serializer):  # type: i
     )
 
 
-class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class ContentRules:
+    """The checks every request that makes notifications shares (one notification, a broadcast):
+    a one-line subject, metadata and data PostgreSQL can store, message or template, channel or
+    channels."""
+
+    initial_data: Any
+
+    def validate_subject(self, value: str) -> str:
+        if "\r" in value or "\n" in value:
+            raise serializers.ValidationError("a subject is one line (no CR or LF)")
+        return value
+
+    def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
+        problem = metadata_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+    def validate_data(self, value: dict[str, Any]) -> dict[str, Any]:
+        # Rendered into text columns, where PostgreSQL refuses what jsonb refuses.
+        problem = metadata_problem(value, name="data")
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if bool(attrs.get("message")) == bool(attrs.get("template")):
+            field = "template" if attrs.get("message") else "message"
+            raise serializers.ValidationError({field: ["give either message, or template with data (not both)"]})
+        if "channels" in attrs:
+            if "channel" in self.initial_data:
+                raise serializers.ValidationError({"channels": ["give either channel or channels (not both)"]})
+            if len(set(attrs["channels"])) != len(attrs["channels"]):
+                raise serializers.ValidationError({"channels": ["each channel at most once"]})
+        return attrs
+
+
+class NotificationCreateSerializer(ContentRules, RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     user_id = StrictCharField(max_length=255)
     message = StrictCharField(
         trim_whitespace=False, required=False, default="", help_text="The text to send; or give template and data instead."
@@ -108,35 +145,10 @@ class NotificationCreateSerializer(RefusesUnknownFields, serializers.Serializer)
         "joined, rendered from template with items (each one's data) and count. Needs template; not with send_at.",
     )
 
-    def validate_subject(self, value: str) -> str:
-        if "\r" in value or "\n" in value:
-            raise serializers.ValidationError("a subject is one line (no CR or LF)")
-        return value
-
-    def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
-        problem = metadata_problem(value)
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
-
-    def validate_data(self, value: dict[str, Any]) -> dict[str, Any]:
-        # Rendered into text columns, where PostgreSQL refuses what jsonb refuses.
-        problem = metadata_problem(value, name="data")
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if bool(attrs.get("message")) == bool(attrs.get("template")):
-            field = "template" if attrs.get("message") else "message"
-            raise serializers.ValidationError({field: ["give either message, or template with data (not both)"]})
+        attrs = super().validate(attrs)
         if "data" in self.initial_data and not attrs.get("template"):
             raise serializers.ValidationError({"data": ["data is for a template; give template too"]})
-        if "channels" in attrs:
-            if "channel" in self.initial_data:
-                raise serializers.ValidationError({"channels": ["give either channel or channels (not both)"]})
-            if len(set(attrs["channels"])) != len(attrs["channels"]):
-                raise serializers.ValidationError({"channels": ["each channel at most once"]})
         return attrs
 
     def to_request(self) -> NotificationRequest:

@@ -226,12 +226,42 @@ def notification_build(*, client: ApiClient, request: NotificationRequest, idemp
     consent = consent_at_accept(
         category=category, recipient=recipient, channel=request.channel, due_at=due_at, client_id=client.pk, address=address
     )
-    # Built, not saved: notification_accept writes it in the same transaction as its key.
+    return _notification_new(
+        client=client,
+        request=request,
+        idempotency_key=idempotency_key,
+        category=category,
+        channel=request.channel,
+        address=address,
+        content=content,
+        status=Status.SUPPRESSED if consent.suppressed_reason else Status.ACCEPTED,
+        suppressed_reason=consent.suppressed_reason,
+        # The end of the recipient's quiet hours when it falls in them; the sweeper sends it then.
+        next_attempt_at=consent.hold_until or due_at,
+        now=now,
+    )
+
+
+def _notification_new(
+    *,
+    client: ApiClient,
+    request: NotificationRequest,
+    idempotency_key: str,
+    category: Category,
+    channel: str,
+    address: str,
+    content: Any,
+    now: Any,
+    **decided: Any,
+) -> Notification:
+    """The notification an accept writes, from its request, its content and what was decided
+    (``status``, ``suppressed_reason``, ``next_attempt_at``, ``route``): built, not saved, since
+    notification_accept writes it in the same transaction as its key."""
     return Notification(
         id=uuid.uuid4(),
         client=client,
         user_id=request.user_id,
-        channel=request.channel,
+        channel=channel,
         address=address,
         subject=content.subject,
         message=content.message,
@@ -243,13 +273,10 @@ def notification_build(*, client: ApiClient, request: NotificationRequest, idemp
         metadata=request.metadata,
         priority=request.priority,
         send_at=request.send_at,
-        status=Status.SUPPRESSED if consent.suppressed_reason else Status.ACCEPTED,
-        suppressed_reason=consent.suppressed_reason,
-        # The end of the recipient's quiet hours when it falls in them; the sweeper sends it then.
-        next_attempt_at=consent.hold_until or due_at,
         idempotency_key=idempotency_key,
         trace_id=tracing.current_trace_id(),
         created_at=now,
+        **decided,
     )
 
 
@@ -288,28 +315,18 @@ def _notification_build_routed(
     hold_until = None
     if plan.first is not None:
         hold_until = consent_at_accept(category=category, recipient=recipient, channel=channel, due_at=due_at).hold_until
-    return Notification(
-        id=uuid.uuid4(),
+    return _notification_new(
         client=client,
-        user_id=request.user_id,
+        request=request,
+        idempotency_key=idempotency_key,
+        category=category,
         channel=channel,
         address=plan.first.address if plan.first is not None else "",
-        subject=content.subject,
-        message=content.message,
-        html_message=content.html_message,
-        headers=content.headers,
-        template_key=content.template_key,
-        locale=content.locale,
-        category=category,
-        metadata=request.metadata,
-        priority=request.priority,
-        send_at=request.send_at,
+        content=content,
         status=Status.SUPPRESSED if plan.first is None else Status.ACCEPTED,
         suppressed_reason=plan.suppressed_reason,
         next_attempt_at=hold_until or due_at,
-        idempotency_key=idempotency_key,
-        trace_id=tracing.current_trace_id(),
-        created_at=now,
+        now=now,
         route=plan.route,
     )
 
