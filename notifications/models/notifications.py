@@ -10,6 +10,7 @@ from django.db import connection, models, transaction
 from django.utils import timezone as django_timezone
 
 from ..errors import InvalidTransition
+from ..sql import update_rows
 from .clients import ApiClient
 from .content import Category, Channel
 
@@ -296,24 +297,21 @@ class Notification(models.Model):
         return int(released)
 
     @classmethod
-    def deliveries_finish(cls, provider_message_ids: dict[Any, str], *, claimed_at: datetime, delivered_at: datetime) -> int:
+    def deliveries_finish(cls, provider_message_ids: dict[Any, str], *, claimed_at: datetime, delivered_at: datetime) -> set[Any]:
         """Mark delivered, in one conditional UPDATE, the notifications of ``provider_message_ids``
-        (id -> the provider's message id) still in the claim made at ``claimed_at``; returns how
-        many. One whose claim the sweeper recovered meanwhile keeps its newer state."""
-        message_id = models.Case(
-            *(models.When(pk=pk, then=models.Value(value[:255])) for pk, value in provider_message_ids.items()),
-            output_field=models.CharField(),
-        )
-        return int(
-            cls.objects.filter(
-                pk__in=list(provider_message_ids), status__in=sources_of(Status.DELIVERED), claimed_at=claimed_at
-            ).update(
-                status=Status.DELIVERED,
-                delivered_at=delivered_at,
-                updated_at=django_timezone.now(),
-                provider_message_id=message_id,
-                last_error="",
-            )
+        (id -> the provider's message id) still in the claim made at ``claimed_at``; returns the
+        ids it marked. One whose claim the sweeper recovered meanwhile keeps its newer state."""
+        (source,) = sources_of(Status.DELIVERED)
+        return update_rows(
+            cls,
+            {pk: {"provider_message_id": value[:255]} for pk, value in provider_message_ids.items()},
+            same={
+                "status": Status.DELIVERED,
+                "delivered_at": delivered_at,
+                "updated_at": django_timezone.now(),
+                "last_error": "",
+            },
+            where={"status": source, "claimed_at": claimed_at},
         )
 
 

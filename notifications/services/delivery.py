@@ -26,9 +26,10 @@ from ..errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ..models import AttemptOutcome, DeliveryAttempt, Notification, Status, StatusEventType
+from ..models import AttemptOutcome, DeliveryAttempt, Notification, StatusEventType
 from ..ratelimit import Reservation, reserve_send_slot
 from ..selectors import notifications_pending_delivery
+from ..sql import update_rows
 from .consent import consent_before_send
 from .failover import provider_error_is_account_level, provider_for_send, provider_send_record
 from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
@@ -261,12 +262,23 @@ def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
     for item in sent:
         claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
     with transaction.atomic():
-        DeliveryAttempt.objects.bulk_update(
-            [item.attempt for item in sent], ["outcome", "finished_at", "duration_ms", "provider_response", "account"]
+        update_rows(
+            DeliveryAttempt,
+            {
+                item.attempt.pk: {
+                    "duration_ms": item.attempt.duration_ms,
+                    "provider_response": item.attempt.provider_response,
+                    "account": item.attempt.account,
+                }
+                for item in sent
+            },
+            same={"outcome": AttemptOutcome.DELIVERED, "finished_at": now},
         )
-        finished = sum(Notification.deliveries_finish(ids, claimed_at=at, delivered_at=now) for at, ids in claims.items())
+        finished: set[Any] = set()
+        for at, ids in claims.items():
+            finished |= Notification.deliveries_finish(ids, claimed_at=at, delivered_at=now)
         routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
-        lost = _claims_lost([item.notification.pk for item in sent], now=now) if finished < len(sent) else set()
+        lost = {str(item.notification.pk) for item in sent} - {str(pk) for pk in finished}
         # No statement unless a client has a status webhook (the claim returned its URL).
         delivered = [item.notification for item in sent if str(item.notification.pk) not in lost]
         status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
@@ -290,10 +302,3 @@ def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
         logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
         outcomes[pk] = DeliveryOutcome("delivered", item.attempt.number)
     return outcomes
-
-
-def _claims_lost(ids: list[Any], *, now: datetime) -> set[str]:
-    """Of the notifications just marked delivered at ``now``, those that were not (rare: their
-    claim was recovered by the sweeper before the send came back)."""
-    kept = Notification.objects.filter(pk__in=ids, status=Status.DELIVERED, delivered_at=now).values_list("pk", flat=True)
-    return {str(pk) for pk in ids} - {str(pk) for pk in kept}
