@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
 from django.db import connection, models
@@ -14,6 +14,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from .errors import NotFound
 from .models import (
@@ -212,63 +213,69 @@ def notification_pending_delivery(notification_id: Any) -> PendingDelivery | Non
 
 
 def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, PendingDelivery]:
-    """Those of ``notification_ids`` still pending, by id, with their consent inputs, in one query."""
-    recipient = Recipient.objects.filter(client_id=OuterRef("client_id"), user_id=OuterRef("user_id"))
-    rows = (
-        Notification.objects.filter(pk__in=notification_ids, status__in=PENDING_STATUSES)
-        .annotate(
-            recipient_preferences=Subquery(recipient.values("preferences")[:1]),
-            recipient_quiet_hours=Subquery(recipient.values("quiet_hours")[:1]),
-            recipient_timezone=Subquery(recipient.values("timezone")[:1]),
-            suppression_reason=Subquery(
-                Suppression.objects.filter(
-                    client_id=OuterRef("client_id"), channel=OuterRef("channel"), address=OuterRef("address")
-                ).values("reason")[:1]
-            ),
-            has_route=models.ExpressionWrapper(~Q(route=[]), output_field=models.BooleanField()),
-        )
-        .order_by()
-        .values_list(
-            "id",
-            "channel",
-            "next_attempt_at",
-            "category__key",
-            "category__critical",
-            "category__default_enabled",
-            "recipient_preferences",
-            "recipient_quiet_hours",
-            "recipient_timezone",
-            "suppression_reason",
-            "has_route",
-        )
+    """Those of ``notification_ids`` still pending, by id, with their consent inputs, in one query.
+
+    Written in SQL: every delivery runs it, and as a queryset with a subquery per recipient field
+    Django spent longer building it than PostgreSQL running it (a third of a single delivery)."""
+    quote = connection.ops.quote_name
+
+    def col(model: type[models.Model], name: str) -> str:
+        field: Any = model._meta.get_field(name)
+        return quote(str(field.column))
+
+    pk_field: Any = Notification._meta.pk
+    ids = [pk_field.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]
+    if not ids:
+        return {}
+    sources = sorted(PENDING_STATUSES)
+    n, c, r, s = (
+        quote(Notification._meta.db_table),
+        quote(Category._meta.db_table),
+        quote(Recipient._meta.db_table),
+        quote(Suppression._meta.db_table),
     )
-    return {
-        str(pk): PendingDelivery(
+    sql = (
+        f"SELECT n.{col(Notification, 'id')}, n.{col(Notification, 'channel')}, n.{col(Notification, 'next_attempt_at')}, "
+        f"n.{col(Notification, 'route')}, c.{col(Category, 'key')}, c.{col(Category, 'critical')}, "
+        f"c.{col(Category, 'default_enabled')}, r.{col(Recipient, 'preferences')}, r.{col(Recipient, 'quiet_hours')}, "
+        f"r.{col(Recipient, 'timezone')}, "
+        f"(SELECT s.{col(Suppression, 'reason')} FROM {s} s WHERE s.{col(Suppression, 'client')} = n.{col(Notification, 'client')} "
+        f"AND s.{col(Suppression, 'channel')} = n.{col(Notification, 'channel')} "
+        f"AND s.{col(Suppression, 'address')} = n.{col(Notification, 'address')} LIMIT 1) "
+        f"FROM {n} n LEFT JOIN {c} c ON c.{col(Category, 'id')} = n.{col(Notification, 'category')} "
+        f"LEFT JOIN {r} r ON r.{col(Recipient, 'client')} = n.{col(Notification, 'client')} "
+        f"AND r.{col(Recipient, 'user_id')} = n.{col(Notification, 'user_id')} "
+        f"WHERE n.{col(Notification, 'id')} IN ({', '.join(['%s'] * len(ids))}) "
+        f"AND n.{col(Notification, 'status')} IN ({', '.join(['%s'] * len(sources))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*ids, *sources])
+        rows = cursor.fetchall()
+    json_value: Any = Recipient._meta.get_field("preferences").from_db_value  # type: ignore[union-attr]
+    pending = {}
+    for pk, channel, next_attempt_at, route, key, critical, default_enabled, preferences, quiet_hours, zone, suppressed in rows:
+        pending[str(pk_field.to_python(pk))] = PendingDelivery(
             channel=channel,
-            next_attempt_at=next_attempt_at,
-            category_key=category_key,
+            next_attempt_at=_aware(next_attempt_at),
+            category_key=key,
             critical=bool(critical),
             default_enabled=bool(default_enabled) if default_enabled is not None else True,
-            preferences=preferences or {},
-            quiet_hours=quiet_hours,
+            preferences=json_value(preferences, None, connection) or {},
+            quiet_hours=json_value(quiet_hours, None, connection),
             timezone=zone or "",
             suppression_reason=suppressed or "",
-            has_route=bool(has_route),
+            has_route=bool(json_value(route, None, connection)),
         )
-        for (
-            pk,
-            channel,
-            next_attempt_at,
-            category_key,
-            critical,
-            default_enabled,
-            preferences,
-            quiet_hours,
-            zone,
-            suppressed,
-            has_route,
-        ) in rows
-    }
+    return pending
+
+
+def _aware(value: Any) -> datetime | None:
+    """A datetime column read by a raw cursor: PostgreSQL's is aware; SQLite's is naive (or a
+    string), in UTC."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
+    return timezone.make_aware(parsed, UTC) if parsed is not None and timezone.is_naive(parsed) else parsed
 
 
 def table_row_estimate(model: type[models.Model]) -> int | None:
