@@ -55,7 +55,7 @@ def summary(r: Results) -> list[str]:
         drain = r.drains[2]
         rows.append(
             f"| Drain of {drain.count} queued, rundramatiq --processes 2, no-op provider | {drain.rate:.0f} msg/s | "
-            f"raw pika {r.raw_pika[2]:.0f} msg/s | {drain.rate / r.raw_pika[2]:.2f} | (none set) | - |"
+            f"raw pika {r.raw_pika[2]:.0f} msg/s | {drain.rate / r.raw_pika[2]:.2f} | >= 0.35 | {_yes(drain.rate / r.raw_pika[2] >= 0.35)} |"
         )
     if r.email:
         mine, theirs = _median_rate(r.email.ours), _median_rate(r.email.post_office)
