@@ -134,7 +134,9 @@ def test_a_batch_keeps_to_the_rate_limit_and_gives_back_what_found_no_slot(
     assert {(n.status, n.attempt_count) for n in waiting} == {(Status.QUEUED, 0)}
     assert not DeliveryAttempt.objects.filter(notification_id__in=left).exists()
     arrivals = sorted(mail.received_at for mail in smtp_server.received)
-    assert arrivals[-1] - arrivals[0] >= 0.2 * (len(arrivals) - 1) - 0.05
+    # Paced, not a burst: a slot every 200 ms (the first send also opens the SMTP connection, so
+    # its arrival may lag its slot by more than the others').
+    assert arrivals[-1] - arrivals[0] >= 0.2 * (len(arrivals) - 1) - 0.25
 
 
 def test_two_workers_with_the_same_batch_send_each_notification_once(no_publish: list[str], smtp_server: LocalSmtpServer) -> None:
