@@ -121,10 +121,7 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
             chunk = max(1, min(get_config().delivery_batch_size, int(CHUNK_SECONDS / max(per_send, 1e-4))))
     if come_back and retry_after > get_config().broker_delay_max_seconds:
         # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
-        until = timezone.now() + timedelta(seconds=retry_after)
-        for pk in come_back:
-            Notification.hold(pk, until=until)
-            outcomes[pk] = DeliveryOutcome("held")
+        _hold(come_back, seconds=retry_after, outcomes=outcomes)
     elif come_back:
         raise SendRateLimited(retry_after, notification_ids=come_back)
     return outcomes
@@ -142,10 +139,7 @@ def _chunk_deliver(
             # As a delayed message it would sit unacked in the worker that long, past RabbitMQ's
             # consumer timeout for a slow limit (10/m in tests/test_faults.py, 1/h in production):
             # the channel is closed and every unacked message on it comes back.
-            until = timezone.now() + timedelta(seconds=reservation.wait_seconds)
-            for pk in ids:
-                Notification.hold(pk, until=until)
-                outcomes[pk] = DeliveryOutcome("held")
+            _hold(ids, seconds=reservation.wait_seconds, outcomes=outcomes)
             return [], 0.0
         return ids, reservation.wait_seconds
     slotted, left = ids[: reservation.slots], ids[reservation.slots :]
@@ -176,6 +170,15 @@ def _chunk_deliver(
             Notification.claims_release([n.pk for n in untried], claimed_at=claimed[0][1].started_at)
     left = [str(n.pk) for n in untried] + left
     return left, max(_come_back_after(reservation, left), 0.001 if untried else 0.0)
+
+
+def _hold(ids: list[str], *, seconds: float, outcomes: dict[str, DeliveryOutcome]) -> None:
+    """Hold the notifications in PostgreSQL for ``seconds``, for the sweeper: a wait longer than a
+    delayed message may take."""
+    until = timezone.now() + timedelta(seconds=seconds)
+    for pk in ids:
+        Notification.hold(pk, until=until)
+        outcomes[pk] = DeliveryOutcome("held")
 
 
 def _come_back_after(reservation: Reservation, left: list[str]) -> float:

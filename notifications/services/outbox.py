@@ -88,21 +88,31 @@ def notifications_enqueue(*, notification_ids: list[Any]) -> int:
     now = timezone.now()
     waiting = [n for n in rows if n.next_attempt_at and n.next_attempt_at > now]
     sent = sum(notification_enqueue(notification_id=n.pk) for n in waiting)
-    due = [n for n in rows if n not in waiting]
+    published, _ = _due_publish([n for n in rows if n not in waiting])
+    if published:
+        # After the publish, like notification_enqueue: a row a worker claimed meanwhile is left as it is.
+        Notification.objects.filter(pk__in=published, status__in=[Status.ACCEPTED, Status.QUEUED]).update(
+            status=Status.QUEUED, enqueued_at=now, updated_at=now
+        )
+        Notification.objects.filter(pk__in=published, status=Status.RETRYING).update(enqueued_at=now)
+    return sent + len(published)
+
+
+def _due_publish(due: list[Notification]) -> tuple[list[Any], list[Any]]:
+    """Publish the messages of notifications due now, one round trip a priority; the ids the
+    broker took and those it refused (logged: the sweeper tries them again)."""
+    published: list[Any] = []
+    refused: list[Any] = []
     for priority in sorted({n.priority for n in due}):
         ids = [n.pk for n in due if n.priority == priority]
         try:
             delivery_message_send(notification_ids=[str(pk) for pk in ids], priority=priority)
         except Exception:
-            logger.warning("could not enqueue %d notifications; the sweeper will retry", len(ids), exc_info=True)
-            continue
-        # After the publish, like notification_enqueue: a row a worker claimed meanwhile is left as it is.
-        Notification.objects.filter(pk__in=ids, status__in=[Status.ACCEPTED, Status.QUEUED]).update(
-            status=Status.QUEUED, enqueued_at=now, updated_at=now
-        )
-        Notification.objects.filter(pk__in=ids, status=Status.RETRYING).update(enqueued_at=now)
-        sent += len(ids)
-    return sent
+            logger.warning("could not enqueue a batch of %d notifications; the sweeper will retry", len(ids), exc_info=True)
+            refused += ids
+        else:
+            published += ids
+    return published, refused
 
 
 def notification_enqueued_state(notification: Notification, *, now: datetime) -> float:
@@ -144,11 +154,6 @@ def notifications_publish(*, pending: list[tuple[Notification, float]]) -> None:
     for notification, delay in pending:
         if delay:
             notification_publish(notification=notification, delay_seconds=delay)
-    due = [notification for notification, delay in pending if not delay]
-    for priority in sorted({n.priority for n in due}):
-        ids = [n.pk for n in due if n.priority == priority]
-        try:
-            delivery_message_send(notification_ids=[str(pk) for pk in ids], priority=priority)
-        except Exception:
-            logger.warning("could not enqueue a batch of %d notifications; the sweeper will retry", len(ids), exc_info=True)
-            Notification.objects.filter(pk__in=ids, enqueued_at__isnull=False).update(enqueued_at=None)
+    _, refused = _due_publish([notification for notification, delay in pending if not delay])
+    if refused:
+        Notification.objects.filter(pk__in=refused, enqueued_at__isnull=False).update(enqueued_at=None)
