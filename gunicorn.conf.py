@@ -13,7 +13,10 @@ bind = "0.0.0.0:8000"
 # waits on PostgreSQL most of the time, and one process never used the second core.
 workers = int(os.environ.get("WEB_CONCURRENCY") or 0) or os.cpu_count() or 1
 worker_class = "gthread"
-threads = 8
+# 16 threads a process (WEB_THREADS overrides): concurrent accepts are written together
+# (notifications/services/accept_group.py), so more requests in flight make fewer, larger
+# transactions; each thread holds one PostgreSQL connection (CONN_MAX_AGE keeps it).
+threads = int(os.environ.get("WEB_THREADS") or 0) or 16
 # /metrics must describe every worker, whichever answers the scrape: prometheus_client's
 # multiprocess mode, switched on here in the master before any worker imports it. The directory
 # is emptied at start so counters begin at zero, as a restarted process's would.

@@ -83,6 +83,9 @@ DEFAULTS: dict[str, Any] = {
     # Ids a delivery message carries when work arrives together (a batch accept, a broadcast, a
     # sweep): the worker claims and records them in one statement each.
     "DELIVERY_BATCH_SIZE": 50,
+    # Single accepts a web process writes in one transaction when they arrive at the same moment
+    # (services/accept_group.py); 1 accepts each on its own.
+    "ACCEPT_GROUP_SIZE": 64,
     # Notifications a broadcast's fan-out makes per transaction (one multi-row INSERT, one publish).
     "BROADCAST_BATCH_SIZE": 500,
     # A fan-out whose heartbeat is older than this is taken to be dead and enqueued again by the sweeper.
@@ -191,6 +194,7 @@ class NotificationsConfig:
     sending_timeout_seconds: float
     broker_delay_max_seconds: float
     delivery_batch_size: int
+    accept_group_size: int
     broadcast_batch_size: int
     broadcast_stale_seconds: float
     retention_days: int
@@ -397,6 +401,7 @@ def get_config() -> NotificationsConfig:
         sending_timeout_seconds=_at_least(raw, "SENDING_TIMEOUT_SECONDS", 1, float),
         broker_delay_max_seconds=_at_least(raw, "BROKER_DELAY_MAX_SECONDS", 0, float),
         delivery_batch_size=_at_least(raw, "DELIVERY_BATCH_SIZE", 1, int),
+        accept_group_size=_at_least(raw, "ACCEPT_GROUP_SIZE", 1, int),
         broadcast_batch_size=_broadcast_batch_size(raw),
         broadcast_stale_seconds=_at_least(raw, "BROADCAST_STALE_SECONDS", 1, float),
         retention_days=_at_least(raw, "RETENTION_DAYS", 1, int),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
@@ -171,6 +173,26 @@ def recipient_and_category(*, client: ApiClient, user_id: str, category_key: str
     if category is None:
         return None, None
     return Recipient.objects.filter(client=client, user_id=user_id).first(), category
+
+
+def recipients_by_user_id(*, client: ApiClient, user_ids: Iterable[str]) -> dict[str, Recipient]:
+    """The client's stored recipients among ``user_ids``, by user_id, in one query (a batch's)."""
+    wanted = list(set(user_ids))
+    if not wanted:
+        return {}
+    # Raw SQL (the ORM still converts the columns): on a group commit's path, building the
+    # filter's SQL cost more than PostgreSQL took to answer it.
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {_recipient_columns()} FROM {quote(Recipient._meta.db_table)} "
+        f"WHERE {quote('client_id')} = %s AND {quote('user_id')} IN ({', '.join(['%s'] * len(wanted))})"
+    )
+    return {recipient.user_id: recipient for recipient in Recipient.objects.raw(sql, [client.pk, *wanted])}
+
+
+@functools.cache
+def _recipient_columns() -> str:
+    return ", ".join(connection.ops.quote_name(str(field.column)) for field in Recipient._meta.concrete_fields)
 
 
 def template_get(*, client: ApiClient, key: str) -> NotificationTemplate | None:

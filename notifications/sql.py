@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 
 
 def insert_or_nothing(model: type[models.Model], values: dict[str, Any], *, conflict_fields: tuple[str, ...]) -> bool:
@@ -67,28 +69,86 @@ def insert_many_or_nothing(
     Elsewhere (SQLite), the multi-row VALUES."""
     if not rows or connection.vendor != "postgresql":
         return insert_rows_or_nothing(model, rows, conflict_fields=conflict_fields, returning=returning)
+    insert, params = _insert_select(model, rows)
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"{insert} {_on_conflict(conflict_fields)} DO NOTHING RETURNING {quote(returning)}", params)
+        return returned_values({field.column: field for field in model._meta.concrete_fields}[returning], cursor.fetchall())
+
+
+def insert_claimed(
+    claims: tuple[type[models.Model], list[dict[str, Any]], tuple[str, ...], str],
+    model: type[models.Model],
+    rows: list[dict[str, Any]],
+    *,
+    claimed_by: str,
+) -> set[Any]:
+    """Insert the claim rows ``ON CONFLICT DO NOTHING`` and, of ``rows``, those whose claim went
+    in (``claimed_by``: their column holding the claim's ``returning`` value); returns the primary
+    keys of the rows inserted. ``claims`` is (model, rows, conflict_fields, returning).
+
+    On PostgreSQL one statement (the claims' INSERT a data-modifying CTE the rows' INSERT reads),
+    so outside a transaction it is one round trip and one commit, atomic as any statement: an
+    accept's idempotency keys and their notifications. Elsewhere (SQLite, no INSERT in a WITH)
+    two statements in a transaction."""
+    claim_model, claim_rows, conflict_fields, returning = claims
+    pk: Any = model._meta.pk
+    quote = connection.ops.quote_name
+    if not rows:
+        return set()
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            taken = insert_rows_or_nothing(claim_model, claim_rows, conflict_fields=conflict_fields, returning=returning)
+            kept = [row for row in rows if row[claimed_by] in taken]
+            insert_rows_or_nothing(model, kept, conflict_fields=(), returning=pk.column)
+        return {pk.to_python(row[pk.column]) for row in kept}
+    claim_insert, claim_params = _insert_select(claim_model, claim_rows)
+    insert, params = _insert_select(model, rows, read=claimed_by)
+    sql = (
+        f"WITH claimed AS ({claim_insert} {_on_conflict(conflict_fields)} DO NOTHING RETURNING {quote(returning)}) "
+        f"{insert} WHERE u.{quote(claimed_by)} IN (SELECT {quote(returning)} FROM claimed) RETURNING {quote(pk.column)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*claim_params, *params])
+        return returned_values(pk, cursor.fetchall())
+
+
+def _insert_select(model: type[models.Model], rows: list[dict[str, Any]], *, read: str = "") -> tuple[str, list[Any]]:
+    """``INSERT INTO table (columns) SELECT ... FROM unnest(arrays) AS u(columns)`` and its
+    parameters (PostgreSQL): an array per column that varies, a scalar per column that does not;
+    ``read`` is always an array, for a WHERE on ``u.<read>``."""
     meta = model._meta
     fields = {field.column: field for field in meta.concrete_fields}
     first = rows[0]
-    varying = [column for column in first if any(row[column] != first[column] for row in rows)]
+    varying = [column for column in first if column == read or any(row[column] != first[column] for row in rows)]
     constant = [column for column in first if column not in varying]
     quote = connection.ops.quote_name
     arrays = [[fields[column].get_db_prep_save(row[column], connection) for row in rows] for column in varying]
     scalars = [fields[column].get_db_prep_save(first[column], connection) for column in constant]
-    unnest = ", ".join(f"%s::{fields[column].db_type(connection)}[]" for column in varying)
-    names = ", ".join(f"v{index}" for index in range(len(varying)))
-    select = [f"u.v{index}" for index in range(len(varying))]
-    select += [f"%s::{fields[column].db_type(connection)}" for column in constant]
+    types = _db_types(model)
+    unnest = ", ".join(f"%s::{types[column]}[]" for column in varying)
+    names = ", ".join(quote(column) for column in varying)
+    select = [f"u.{quote(column)}" for column in varying]
+    select += [f"%s::{types[column]} AS {quote(column)}" for column in constant]
     source = f"unnest({unnest}) AS u({names})" if varying else "(SELECT 1) AS u"
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in [*varying, *constant])}) "
-        f"SELECT {', '.join(select)} FROM {source} "
-        f"{_on_conflict(conflict_fields)} DO NOTHING RETURNING {quote(returning)}"
-    )
-    with connection.cursor() as cursor:
-        # In the text the SELECT list's scalars come before the FROM's arrays.
-        cursor.execute(sql, [*scalars, *arrays])
-        return returned_values(fields[returning], cursor.fetchall())
+    sql = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in [*varying, *constant])}) SELECT {', '.join(select)} FROM {source}"
+    # In the text the SELECT list's scalars come before the FROM's arrays.
+    return sql, [*scalars, *arrays]
+
+
+@functools.cache
+def _db_types(model: type[models.Model]) -> dict[str, str]:
+    """The database type of each of the model's columns (Field.db_type works it out on each call)."""
+    return {str(field.column): str(field.db_type(connection)) for field in model._meta.concrete_fields}
+
+
+def model_rows(objects: Sequence[models.Model]) -> list[dict[str, Any]]:
+    """Unsaved model instances as rows by column name, for the inserts above; each field's
+    ``pre_save`` gives its value, as an INSERT by the ORM would (``auto_now`` stamps included)."""
+    if not objects:
+        return []
+    fields = objects[0]._meta.concrete_fields
+    return [{str(field.column): field.pre_save(obj, True) for field in fields} for obj in objects]
 
 
 def update_rows(

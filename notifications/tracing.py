@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer("notifications")
-_TRACE_OPTION = "trace_context"
+TRACE_OPTION = "trace_context"  # a message option: the W3C trace context of its sender
 # Probes and scrapes would be most of the spans and tell nothing.
 EXCLUDED_URLS = "healthz,readyz,metrics"
 _configured = False
@@ -123,6 +123,27 @@ class RequestTargetMiddleware:
         return self.get_response(request)
 
 
+@contextlib.contextmanager
+def context_attached(context: otel_context.Context | None) -> Iterator[None]:
+    """Run the block in ``context`` (another thread's, captured with otel_context.get_current()),
+    so what it records and publishes belongs to that request's trace; None: the current one."""
+    if context is None:
+        yield
+        return
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def message_carrier() -> dict[str, str]:
+    """The current trace context as a message carries it (the TRACE_OPTION option)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
 def current_trace_id() -> str:
     span_context = trace.get_current_span().get_span_context()
     return format(span_context.trace_id, "032x") if span_context.is_valid else ""
@@ -154,14 +175,14 @@ class TraceContextMiddleware(dramatiq.Middleware):
         self._local = threading.local()
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message, delay: int) -> None:  # type: ignore[type-arg]
-        if _TRACE_OPTION not in message.options:
+        if TRACE_OPTION not in message.options:
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
             if carrier:
-                message.options[_TRACE_OPTION] = carrier
+                message.options[TRACE_OPTION] = carrier
 
     def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
-        parent = propagate.extract(message.options.get(_TRACE_OPTION) or {})
+        parent = propagate.extract(message.options.get(TRACE_OPTION) or {})
         span = tracer.start_span(
             "notification.deliver",
             context=parent,

@@ -303,6 +303,7 @@ NOTIFICATIONS = {
     "SENDING_TIMEOUT_SECONDS": env.float("SENDING_TIMEOUT_SECONDS", default=None),
     "BROKER_DELAY_MAX_SECONDS": env.float("BROKER_DELAY_MAX_SECONDS", default=None),
     "DELIVERY_BATCH_SIZE": env.int("DELIVERY_BATCH_SIZE", default=None),
+    "ACCEPT_GROUP_SIZE": env.int("ACCEPT_GROUP_SIZE", default=None),
     "BROADCAST_BATCH_SIZE": env.int("BROADCAST_BATCH_SIZE", default=None),
     "BROADCAST_STALE_SECONDS": env.float("BROADCAST_STALE_SECONDS", default=None),
     "RETENTION_DAYS": env.int("RETENTION_DAYS", default=None),

@@ -36,7 +36,7 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The delivery messages the batch accept would publish, kept here instead."""
     published: list[str] = []
 
-    def keep(*, notification_ids: list[str], priority: str, delay_seconds: float = 0.0) -> None:
+    def keep(*, notification_ids: list[str], priority: str, delay_seconds: float = 0.0, carriers: object = None) -> None:
         published.extend(notification_ids)
 
     monkeypatch.setattr(services.outbox, "delivery_message_send", keep)
@@ -176,7 +176,7 @@ def test_a_sweep_hands_what_is_due_to_the_broker_in_batch_messages(monkeypatch: 
     monkeypatch.setattr(
         services.outbox,
         "delivery_message_send",
-        lambda *, notification_ids, priority, delay_seconds=0.0: published.append(notification_ids),
+        lambda *, notification_ids, priority, delay_seconds=0.0, carriers=None: published.append(notification_ids),
     )
     report = services.notification_sweep(now=timezone.now() + timedelta(seconds=10))
     assert report.enqueued == 120

@@ -35,7 +35,7 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(
         services.outbox,
         "delivery_message_send",
-        lambda *, notification_ids, priority, delay_seconds=0.0: published.extend(notification_ids),
+        lambda *, notification_ids, priority, delay_seconds=0.0, carriers=None: published.extend(notification_ids),
     )
     yield published
 

@@ -15,6 +15,9 @@ from ..degraded import RedisOutage
 from ..models import ApiClient, hash_token
 from ..token_cache import known_tokens
 
+# Where FailedAuthenticationThrottle.allow_known leaves the client's request count it took along.
+COUNTED_ATTRIBUTE = "_api_client_window_count"
+
 
 class ApiClientTokenAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer <token>`` (or ``Token <token>``); tokens are compared by hash."""
@@ -31,8 +34,9 @@ class ApiClientTokenAuthentication(authentication.BaseAuthentication):
         known = known_tokens.get(token_hash, max_age=get_config().api_token_cache_seconds)
         if known is not None:
             # Seen valid moments ago (token_cache.py): no read, no slot; but an address past its
-            # failure limit still learns nothing, not even that this token is good.
-            if not failures.allow_known(request):
+            # failure limit still learns nothing, not even that this token is good. The client's
+            # throttle is counted in the same Redis round trip (ApiClientRateThrottle reads it).
+            if not failures.allow_known(request, client=known):
                 raise exceptions.Throttled(failures.wait())
             return known, header[1]
         # Taken before the token is looked at: an address past its limit learns nothing of any token.
@@ -91,16 +95,29 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
         if key is None or self.rate is None:
             return True
         self.now = self.timer()
-        window = int(self.now // self.duration)
+        self._fixed_window = True
+        counted = getattr(request, COUNTED_ATTRIBUTE, None)
+        if counted is not None and counted[0] == self.window_key(request.user.pk, self.now):
+            return int(counted[1]) <= self.num_requests  # counted with the authentication's round trip
 
         def count() -> bool:
             pipeline = redis.pipeline(transaction=False)
-            pipeline.incr(cache.make_key(f"{key}:{window}"))
-            pipeline.expire(cache.make_key(f"{key}:{window}"), self.duration + 1)
+            self.count_queue(pipeline, client_pk=request.user.pk, now=self.now)
             return int(pipeline.execute()[0]) <= self.num_requests
 
-        self._fixed_window = True
         return self.outage.call(count, fallback=lambda: True)
+
+    def window_key(self, client_pk: Any, now: float) -> str:
+        """The cache key counting the client's requests in the window of ``now``."""
+        window = int(now // self.duration)
+        return cache.make_key(f"{self.cache_format % {'scope': self.scope, 'ident': client_pk}}:{window}")
+
+    def count_queue(self, pipeline: Any, *, client_pk: Any, now: float) -> str:
+        """Queue the count of one request on ``pipeline`` (its first result is the new count)."""
+        key = self.window_key(client_pk, now)
+        pipeline.incr(key)
+        pipeline.expire(key, self.duration + 1)
+        return key
 
     def wait(self) -> float | None:
         if getattr(self, "_fixed_window", False):
@@ -156,12 +173,27 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
 
         return self.outage.call(take, fallback=lambda: True)
 
-    def allow_known(self, request: Request) -> bool:
+    def allow_known(self, request: Request, *, client: ApiClient) -> bool:
         """For a token known good: only whether the address is past its limit (one GET; nothing
-        is taken, as a good token would give it back at once)."""
+        is taken, as a good token would give it back at once). In the same round trip, the
+        client's request is counted for ApiClientRateThrottle, which finds the count on the
+        request (COUNTED_ATTRIBUTE) instead of asking Redis again."""
         self.now = self.timer()
         self.key = self.get_cache_key(request, None)
-        return self.outage.call(lambda: int(self.cache.get(self.key) or 0) < self.num_requests, fallback=lambda: True)
+        redis = redis_client()
+        throttle = ApiClientRateThrottle()
+        if redis is None or throttle.rate is None:
+            return self.outage.call(lambda: int(self.cache.get(self.key) or 0) < self.num_requests, fallback=lambda: True)
+
+        def check() -> bool:
+            pipeline = redis.pipeline(transaction=False)
+            pipeline.get(cache.make_key(self.key))
+            window = throttle.count_queue(pipeline, client_pk=client.pk, now=self.now)
+            failed, count, _ = pipeline.execute()
+            setattr(request, COUNTED_ATTRIBUTE, (window, count))
+            return int(failed or 0) < self.num_requests
+
+        return self.outage.call(check, fallback=lambda: True)
 
     def give_back(self) -> None:
         """The attempt did not fail (a good token): it takes no slot."""

@@ -16,6 +16,7 @@ from .fields import (  # noqa: F401  (re-exported: other API modules and tests i
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
     RefusesUnknownFields,
+    ReusedFields,
     StrictBooleanField,
     StrictCharField,
     StrictEmailField,
@@ -86,7 +87,7 @@ class ContentRules:
         return attrs
 
 
-class NotificationCreateSerializer(ContentRules, RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     user_id = StrictCharField(max_length=255)
     message = StrictCharField(
         trim_whitespace=False, required=False, default="", help_text="The text to send; or give template and data instead."

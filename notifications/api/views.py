@@ -67,7 +67,7 @@ def _accept(request: Request, payload: Any, header_key: str | None) -> services.
     serializer.is_valid(raise_exception=True)
     body_key = serializer.validated_data.get("idempotency_key")
     fingerprint_source = {k: v for k, v in payload.items() if k != "idempotency_key"}
-    return services.notification_accept(
+    return services.notification_accept_grouped(
         client=_client(request),
         request=serializer.to_request(),
         idempotency_key=header_key or body_key,

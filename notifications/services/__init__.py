@@ -25,6 +25,7 @@ from .accept import (
     request_fingerprint,
 )
 from .accept_batch import BatchItem, notification_accept_batch
+from .accept_group import notification_accept_grouped
 from .broadcasts import (
     BroadcastRequest,
     broadcast_cancel,
@@ -148,6 +149,7 @@ __all__ = [
     "event_notification_accept",
     "notification_accept",
     "notification_accept_batch",
+    "notification_accept_grouped",
     "notification_cancel",
     "notification_deliver",
     "notifications_deliver",

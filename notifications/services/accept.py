@@ -34,7 +34,7 @@ from ..models import (
     Status,
     StatusEventType,
 )
-from ..selectors import notification_get, recipient_and_category
+from ..selectors import category_get, notification_get, recipient_and_category, recipients_by_user_id
 from ..sql import insert_or_nothing
 from .caps import recipient_cap_take
 from .consent import consent_at_accept
@@ -44,6 +44,7 @@ from .outbox import notification_enqueued_state, notification_publish
 from .preferences import category_for_client
 from .routing import route_plan
 from .status_events import status_event_record
+from .suppressions import addresses_suppressed_reasons
 
 logger = logging.getLogger("notifications.services")
 
@@ -188,10 +189,44 @@ def idempotency_answer(record: IdempotencyKey, *, fingerprint: str) -> AcceptRes
     )
 
 
-def notification_build(*, client: ApiClient, request: NotificationRequest, idempotency_key: str) -> Notification:
+@dataclass(frozen=True)
+class AcceptLookups:
+    """What a batch of accepts reads once for all its items instead of once each: the client's
+    recipients of their user_ids, and which of their addresses are on its suppression list."""
+
+    recipients: dict[str, Recipient]
+    suppressions: dict[tuple[str, str], str]  # (channel, address) -> reason
+
+
+def accept_lookups(*, client: ApiClient, requests: list[NotificationRequest]) -> AcceptLookups:
+    """The lookups of a batch of accepts: two queries, whatever its size. A request whose address
+    is invalid is left out (its build refuses it, naming the field)."""
+    recipients = recipients_by_user_id(client=client, user_ids=[request.user_id for request in requests])
+    addresses: list[tuple[str, str]] = []
+    for request in requests:
+        recipient = recipients.get(request.user_id)
+        if request.channels:
+            continue  # a route reads the suppressions of its channels' addresses itself (route_plan)
+        address = request.to or (recipient_address(recipient, request.channel) if recipient else "")
+        try:
+            addresses.append((request.channel, validate_address(request.channel, address, field="to")))
+        except ValidationFailed:
+            continue
+    return AcceptLookups(
+        recipients=recipients, suppressions=addresses_suppressed_reasons(client_id=client.pk, addresses=addresses)
+    )
+
+
+def notification_build(
+    *, client: ApiClient, request: NotificationRequest, idempotency_key: str, lookups: AcceptLookups | None = None
+) -> Notification:
     """The notification the request asks for, validated, addressed, rendered and checked against
-    its recipient's consent (suppressed, or held to the end of quiet hours), not yet saved."""
-    recipient, category = recipient_and_category(client=client, user_id=request.user_id, category_key=request.category)
+    its recipient's consent (suppressed, or held to the end of quiet hours), not yet saved; its
+    recipient and suppression read from ``lookups`` when a batch read them for all its items."""
+    if lookups is None:
+        recipient, category = recipient_and_category(client=client, user_id=request.user_id, category_key=request.category)
+    else:
+        recipient, category = lookups.recipients.get(request.user_id), category_get(client=client, key=request.category)
     if category is None:
         category = category_for_client(client=client, key=request.category)  # raises, naming the field
     if request.channels:
@@ -224,7 +259,13 @@ def notification_build(*, client: ApiClient, request: NotificationRequest, idemp
     now = timezone.now()
     due_at = max(request.send_at, now) if request.send_at else now
     consent = consent_at_accept(
-        category=category, recipient=recipient, channel=request.channel, due_at=due_at, client_id=client.pk, address=address
+        category=category,
+        recipient=recipient,
+        channel=request.channel,
+        due_at=due_at,
+        client_id=client.pk,
+        address=address,
+        suppressions=lookups.suppressions if lookups is not None else None,
     )
     return _notification_new(
         client=client,

@@ -3,21 +3,24 @@ own validation, its own answer), written together and published together."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from ..errors import IdempotencyConflict, NotificationError
+from .. import tracing
+from ..errors import NotificationError
 from ..models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
-from ..sql import insert_rows_or_nothing
+from ..sql import insert_claimed, model_rows
 from .accept import (
     AcceptResult,
     NotificationRequest,
+    accept_lookups,
     idempotency_answer,
     idempotency_key_row,
-    idempotency_replay,
+    notification_accept,
     notification_build,
 )
 from .caps import CapSlot, recipient_cap_take
@@ -31,37 +34,38 @@ class BatchItem:
     request: NotificationRequest
     idempotency_key: str
     fingerprint: str
+    # The OpenTelemetry context of the request the item came from, when items of one batch came
+    # from separate requests (services/accept_group.py): each is built and published in its own.
+    trace_context: Any = None
 
 
 def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> list[AcceptResult | NotificationError]:
     """Accept every item that can be accepted, exactly once per (client, key), and answer each in
     its slot: its AcceptResult (new or replayed) or the domain error that refused it.
 
-    The live keys of the batch are read in one query; the new notifications and their keys are
-    inserted in one transaction (one multi-row INSERT each, the keys with ON CONFLICT DO NOTHING)
-    and published after it in one round trip. A key that a concurrent request took meanwhile
-    replays that request's answer; a key repeated within the batch replays the first item's."""
+    The batch's recipients and suppressions are read in one query each; the new notifications and
+    their keys are written in one statement (the keys with ON CONFLICT DO NOTHING, the
+    notifications whose key went in: sql.insert_claimed), so one round trip and one commit, and
+    published after it in one round trip. Only an item whose key was taken (a replay, a concurrent
+    request, a key repeated within the batch) costs a read of its key, after the write; one whose
+    key had expired is accepted on its own, which replaces the key as a single accept does."""
     now = timezone.now()
     results: list[AcceptResult | NotificationError | None] = [None] * len(items)
-    stored = IdempotencyKey.objects.filter(client=client, key__in={i.idempotency_key for i in items})
-    live: dict[str, IdempotencyKey] = {}
-    expired: list[str] = []
-    for record in stored:
-        if record.expires_at > now:
-            live[record.key] = record
-        else:
-            expired.append(record.key)
     first_of_key: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_of_key.setdefault(item.idempotency_key, index)
+    lookups = accept_lookups(client=client, requests=[items[index].request for index in first_of_key.values()])
     built: list[tuple[int, Notification, dict[str, Any], float]] = []
     cap_slots: dict[Any, CapSlot] = {}
-    for index, item in enumerate(items):
-        key = item.idempotency_key
-        if key in live or key in first_of_key:
-            continue  # answered below, from the stored key or the first item with it
-        first_of_key[key] = index
+    carriers: dict[str, dict[str, str]] | None = None if all(i.trace_context is None for i in items) else {}
+    for key, index in first_of_key.items():
+        item = items[index]
         try:
             digest_refused_in_batch(item.request.digest)
-            notification = notification_build(client=client, request=item.request, idempotency_key=key)
+            with tracing.context_attached(item.trace_context):
+                notification = notification_build(client=client, request=item.request, idempotency_key=key, lookups=lookups)
+                if carriers is not None:
+                    carriers[str(notification.id)] = tracing.message_carrier()
         except NotificationError as exc:
             results[index] = exc
             continue
@@ -72,70 +76,80 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
 
     taken: set[Any] = set()
     try:
-        taken = _insert(client=client, items=items, built=built, expired=expired, now=now)
-    finally:  # what was not written (a replay, or the whole batch failing) gives its cap slot back
+        taken = _insert(client=client, items=items, built=built, now=now)
+    finally:  # what was not written (a taken key, or the whole batch failing) gives its cap slot back
         for notification_id, slot in cap_slots.items():
             if notification_id not in taken:
                 slot.release()
     for index, notification, body, _ in built:
         if notification.id in taken:
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
-    notifications_publish(pending=[(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None])
-
-    for index, item in enumerate(items):
-        if results[index] is None:
-            first = results[first_of_key.get(item.idempotency_key, index)]
-            results[index] = _answer_from_key(
-                client=client, item=item, record=live.get(item.idempotency_key), first=first, now=now
-            )
+    notifications_publish(
+        pending=[(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None], carriers=carriers
+    )
+    _answer_taken_keys(client=client, items=items, results=results, first_of_key=first_of_key, now=now)
     return [result for result in results if result is not None]
 
 
 def _insert(
-    *,
-    client: ApiClient,
-    items: list[BatchItem],
-    built: list[tuple[int, Notification, dict[str, Any], float]],
-    expired: list[str],
-    now: Any,
+    *, client: ApiClient, items: list[BatchItem], built: list[tuple[int, Notification, dict[str, Any], float]], now: Any
 ) -> set[Any]:
     """Insert the keys (ON CONFLICT DO NOTHING) and the notifications whose keys went in; returns
-    the ids of the notifications written."""
+    the ids of the notifications written. One statement, in a transaction only when suppressed
+    notifications bring their status events along."""
     if not built:
         return set()
-    rows = [
+    keys = [
         idempotency_key_row(
             client=client, key=notification.idempotency_key, fingerprint=items[index].fingerprint, body=body, now=now
         )
         for index, notification, body, _ in built
     ]
-    with transaction.atomic():
-        if expired:  # an expired key is free again, as for a single accept; it is there until purged
-            IdempotencyKey.objects.filter(client=client, key__in=expired, expires_at__lte=now).delete()
-        inserted_keys = insert_rows_or_nothing(IdempotencyKey, rows, conflict_fields=("client_id", "key"), returning="key")
-        written = [notification for _, notification, _, _ in built if notification.idempotency_key in inserted_keys]
-        Notification.objects.bulk_create(written)
-        status_event_record(
-            notifications=[n for n in written if n.status == Status.SUPPRESSED], event_type=StatusEventType.SUPPRESSED
+    notifications = [notification for _, notification, _, _ in built]
+    suppressed = [n for n in notifications if n.status == Status.SUPPRESSED]
+    with transaction.atomic() if suppressed else contextlib.nullcontext():
+        written = insert_claimed(
+            (IdempotencyKey, keys, ("client_id", "key"), "key"),
+            Notification,
+            model_rows(notifications),
+            claimed_by="idempotency_key",
         )
-    return {notification.id for notification in written}
+        status_event_record(notifications=[n for n in suppressed if n.id in written], event_type=StatusEventType.SUPPRESSED)
+    return written
 
 
-def _answer_from_key(
-    *, client: ApiClient, item: BatchItem, record: IdempotencyKey | None, first: Any, now: Any
-) -> AcceptResult | NotificationError:
-    """The answer of an item whose key was taken: by a stored request (read with the batch's keys,
-    or, when a concurrent request took it meanwhile, read now), or by an earlier item."""
-    try:
-        if record is not None:
-            return idempotency_answer(record, fingerprint=item.fingerprint)
-        replay = idempotency_replay(client=client, key=item.idempotency_key, fingerprint=item.fingerprint, now=now)
-    except NotificationError as exc:
-        return exc
-    if replay is not None:
-        return replay
-    if isinstance(first, NotificationError):  # the first item with this key was refused: so is this one
-        return first
-    return IdempotencyConflict(
-        "this Idempotency-Key was already used with a different request body", extra={"idempotency_key": item.idempotency_key}
-    )
+def _answer_taken_keys(
+    *,
+    client: ApiClient,
+    items: list[BatchItem],
+    results: list[AcceptResult | NotificationError | None],
+    first_of_key: dict[str, int],
+    now: Any,
+) -> None:
+    """Answer the items not accepted as new: from their key when it is live (a replay, or 422 for
+    another body; a stored key also wins over a validation error, as for a single accept), else
+    the first item's answer for a key repeated in the batch; an item whose key had expired is
+    accepted on its own. One read of the keys concerned; none when every item was new."""
+    pending = [index for index, result in enumerate(results) if result is None or isinstance(result, NotificationError)]
+    if not pending:
+        return
+    wanted = {items[index].idempotency_key for index in pending}
+    records = {record.key: record for record in IdempotencyKey.objects.filter(client=client, key__in=wanted)}
+    for index in pending:
+        item = items[index]
+        record = records.get(item.idempotency_key)
+        first = first_of_key[item.idempotency_key]
+        try:
+            if record is not None and record.expires_at > now:
+                results[index] = idempotency_answer(record, fingerprint=item.fingerprint)
+            elif results[index] is not None:
+                continue  # refused (say, an invalid address), and no live key to answer instead
+            elif first != index and isinstance(results[first], NotificationError):
+                results[index] = results[first]  # the same key as an item that was refused
+            else:  # its key expired (or vanished) since: accepted on its own, which takes the key again
+                with tracing.context_attached(item.trace_context):
+                    results[index] = notification_accept(
+                        client=client, request=item.request, idempotency_key=item.idempotency_key, fingerprint=item.fingerprint
+                    )
+        except NotificationError as exc:
+            results[index] = exc

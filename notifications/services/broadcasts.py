@@ -43,7 +43,7 @@ from ..selectors import (
     topic_subscriber_count,
     topic_subscribers_after,
 )
-from ..sql import insert_many_or_nothing
+from ..sql import insert_many_or_nothing, model_rows
 from .accept import AcceptResult, NotificationRequest, _idempotency_claim, idempotency_replay, notification_build
 from .caps import NO_SLOT, CapSlot, recipient_cap_take
 from .consent import consent_at_accept
@@ -353,9 +353,9 @@ def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID, page: _Page 
                 logger.info("broadcast %s fanned out: %d notifications", broadcast.pk, made)
                 return BatchOutcome(created=0, finished=True)
             built, delays = page.built, page.delays
-            columns = [(str(model_field.column), model_field.attname) for model_field in Notification._meta.concrete_fields]
-            rows = [{column: getattr(n, attname) for column, attname in columns} for n in built]
-            inserted = insert_many_or_nothing(Notification, rows, conflict_fields=("broadcast_id", "user_id"), returning="id")
+            inserted = insert_many_or_nothing(
+                Notification, model_rows(built), conflict_fields=("broadcast_id", "user_id"), returning="id"
+            )
             Broadcast.objects.filter(pk=broadcast.pk).update(cursor=page.cursor, updated_at=timezone.now())
             written = [n for n in built if n.pk in inserted]
             status_event_record(

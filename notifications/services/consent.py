@@ -5,6 +5,7 @@ preference may change in between (a one-click unsubscribe) and a retry may fall 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,10 +51,18 @@ def consent_decide(
 
 
 def consent_at_accept(
-    *, category: Category, recipient: Recipient | None, channel: str, due_at: datetime, client_id: Any = None, address: str = ""
+    *,
+    category: Category,
+    recipient: Recipient | None,
+    channel: str,
+    due_at: datetime,
+    client_id: Any = None,
+    address: str = "",
+    suppressions: Mapping[tuple[str, str], str] | None = None,
 ) -> Consent:
     """Consent at accept; with ``client_id`` and ``address``, also the client's suppression list
-    (one index probe, made only when the preferences allow the send)."""
+    (one index probe, made only when the preferences allow the send), or, for a batch that read
+    the suppressed ones of its addresses at once, ``suppressions`` ((channel, address) -> reason)."""
     consent = consent_decide(
         category=category,
         channel=channel,
@@ -66,7 +75,10 @@ def consent_at_accept(
         return consent
     # Whatever the category, critical included: the provider reported the address gone or its
     # owner unwilling, and sending again would only bounce or hurt the sender's reputation.
-    reason = address_suppressed_reason(client_id=client_id, channel=channel, address=address)
+    if suppressions is not None:
+        reason = suppressions.get((channel, address), "")
+    else:
+        reason = address_suppressed_reason(client_id=client_id, channel=channel, address=address)
     return Consent(suppressed_reason=reason) if reason else consent
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import dramatiq
 from django.utils import timezone
 
+from .. import tracing
 from ..broker_batch import messages_publish
 from ..conf import delivery_route, get_config
 from ..models import (
@@ -19,17 +21,26 @@ from ..models import (
 logger = logging.getLogger("notifications.services")
 
 
-def delivery_message_send(*, notification_ids: list[str], priority: str, delay_seconds: float = 0.0) -> None:
+def delivery_message_send(
+    *, notification_ids: list[str], priority: str, delay_seconds: float = 0.0, carriers: Mapping[str, Any] | None = None
+) -> None:
     """Publish delivery messages for ``notification_ids`` to their priority's queue, addressed to
     the delivery actor by name (services never import the actors; ``conf`` names the queues and
     actors). Ids sent together travel together: DELIVERY_BATCH_SIZE to a message, so a worker
-    claims and records them in one statement each; several messages go in one AMQP transaction."""
+    claims and records them in one statement each; several messages go in one AMQP transaction.
+    With ``carriers`` (id -> trace context) the ids came from separate requests (a group commit):
+    each goes in a message of its own carrying its request's trace, still in one transaction."""
     broker = dramatiq.get_broker()
-    size = get_config().delivery_batch_size
-    messages = [
-        delivery_message(notification_ids=notification_ids[start : start + size], priority=priority)
-        for start in range(0, len(notification_ids), size)
-    ]
+    if carriers is not None:
+        messages = [delivery_message(notification_ids=[pk], priority=priority) for pk in notification_ids]
+        for message in messages:
+            message.options[tracing.TRACE_OPTION] = carriers[message.args[0]]
+    else:
+        size = get_config().delivery_batch_size
+        messages = [
+            delivery_message(notification_ids=notification_ids[start : start + size], priority=priority)
+            for start in range(0, len(notification_ids), size)
+        ]
     delay_ms = int(delay_seconds * 1000) or None
     if len(messages) > 1 and delay_ms is None:
         messages_publish(broker, messages)
@@ -98,15 +109,16 @@ def notifications_enqueue(*, notification_ids: list[Any]) -> int:
     return sent + len(published)
 
 
-def _due_publish(due: list[Notification]) -> tuple[list[Any], list[Any]]:
+def _due_publish(due: list[Notification], carriers: Mapping[str, Any] | None = None) -> tuple[list[Any], list[Any]]:
     """Publish the messages of notifications due now, one round trip a priority; the ids the
-    broker took and those it refused (logged: the sweeper tries them again)."""
+    broker took and those it refused (logged: the sweeper tries them again). ``carriers``: the
+    trace context of each, when they came from separate requests (delivery_message_send)."""
     published: list[Any] = []
     refused: list[Any] = []
     for priority in sorted({n.priority for n in due}):
         ids = [n.pk for n in due if n.priority == priority]
         try:
-            delivery_message_send(notification_ids=[str(pk) for pk in ids], priority=priority)
+            delivery_message_send(notification_ids=[str(pk) for pk in ids], priority=priority, carriers=carriers)
         except Exception:
             logger.warning("could not enqueue a batch of %d notifications; the sweeper will retry", len(ids), exc_info=True)
             refused += ids
@@ -132,12 +144,15 @@ def notification_enqueued_state(notification: Notification, *, now: datetime) ->
     return delay
 
 
-def notification_publish(*, notification: Notification, delay_seconds: float) -> bool:
+def notification_publish(*, notification: Notification, delay_seconds: float, carriers: Mapping[str, Any] | None = None) -> bool:
     """Publish the delivery message of a notification committed in its enqueued state. When the
     broker refuses, clear ``enqueued_at`` so the sweeper sends it as soon as its grace is over."""
     try:
         delivery_message_send(
-            notification_ids=[str(notification.pk)], priority=notification.priority, delay_seconds=delay_seconds
+            notification_ids=[str(notification.pk)],
+            priority=notification.priority,
+            delay_seconds=delay_seconds,
+            carriers=carriers,
         )
     except Exception:
         logger.warning("could not enqueue notification %s; the sweeper will retry", notification.pk, exc_info=True)
@@ -146,14 +161,15 @@ def notification_publish(*, notification: Notification, delay_seconds: float) ->
     return True
 
 
-def notifications_publish(*, pending: list[tuple[Notification, float]]) -> None:
+def notifications_publish(*, pending: list[tuple[Notification, float]], carriers: Mapping[str, Any] | None = None) -> None:
     """Publish the delivery messages of notifications committed in their enqueued state, each with
     its delay (notification_enqueued_state): those due now in one round trip a priority, a delayed
     one on its own (a delay is per message). What the broker refuses has its ``enqueued_at``
-    cleared, so the sweeper sends it."""
+    cleared, so the sweeper sends it. ``carriers`` (str(id) -> trace context): each in a message
+    of its own with its request's trace (a group commit of single accepts)."""
     for notification, delay in pending:
         if delay:
-            notification_publish(notification=notification, delay_seconds=delay)
-    _, refused = _due_publish([notification for notification, delay in pending if not delay])
+            notification_publish(notification=notification, delay_seconds=delay, carriers=carriers)
+    _, refused = _due_publish([notification for notification, delay in pending if not delay], carriers)
     if refused:
         Notification.objects.filter(pk__in=refused, enqueued_at__isnull=False).update(enqueued_at=None)

@@ -7,8 +7,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ..errors import NotFound, PermanentChannelError
@@ -36,15 +35,22 @@ def address_suppressed_reason(*, client_id: Any, channel: str, address: str) -> 
 
 def addresses_suppressed_reasons(*, client_id: Any, addresses: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """The suppressed ones of ``addresses`` ((channel, address) pairs) with their reasons, in one
-    query: for a fallback route choosing among a recipient's channels."""
-    wanted = list(dict.fromkeys(addresses))
+    query on the list's unique index: for a fallback route choosing among a recipient's channels,
+    and for a batch of accepts."""
+    wanted = set(addresses)
     if not wanted:
         return {}
-    match = Q()
-    for channel, address in wanted:
-        match |= Q(channel=channel, address=address)
-    rows = Suppression.objects.filter(match, client_id=client_id).values_list("channel", "address", "reason")
-    return {(channel, address): reason for channel, address, reason in rows}
+    channels, matching = {channel for channel, _ in wanted}, {address for _, address in wanted}
+    # Raw SQL of three text columns: on a group commit's path the ORM's filter cost more to build
+    # than the query took; the list's unique index (client_id, channel, address) answers it.
+    sql = (
+        f"SELECT channel, address, reason FROM {connection.ops.quote_name(Suppression._meta.db_table)} WHERE client_id = %s "
+        f"AND channel IN ({', '.join(['%s'] * len(channels))}) AND address IN ({', '.join(['%s'] * len(matching))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [client_id, *channels, *matching])
+        rows = cursor.fetchall()
+    return {(channel, address): reason for channel, address, reason in rows if (channel, address) in wanted}
 
 
 def suppression_add(*, client_id: Any, channel: str, address: str, reason: str, notification_id: Any = None) -> bool:

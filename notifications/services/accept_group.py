@@ -1,0 +1,130 @@
+"""Group commit of single accepts: the requests a web process is accepting at the same moment are
+written in one transaction and published in one round trip, as a batch accept is.
+
+Each ``POST /notifications`` joins the process's group. The first to arrive leads: it takes every
+request waiting (its own included), accepts them with notification_accept_batch (one read of their
+keys, recipients and suppressions, one transaction, one AMQP commit), hands each its answer, and
+passes the lead to the first request that arrived meanwhile. At low load a request finds nobody
+waiting and is accepted alone (notification_accept, exactly as without the group); under load the
+requests that arrive while one group is in PostgreSQL form the next, so the round trips, commits
+and broker confirms per request fall as the load rises, and latency does not wait on a timer.
+
+Nothing changes in what a request is answered: each keeps its idempotency key (the same key twice
+in one group: the second replays the first), its validation error, its own trace (built and
+published under its request's span). If the group's write fails as a whole, every request of it is
+accepted alone in its own thread, so only a bad one fails and a database outage answers 503 to
+each, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from ..conf import get_config
+from ..errors import NotificationError
+from ..models import ApiClient
+from .accept import AcceptResult, NotificationRequest, notification_accept
+from .accept_batch import BatchItem, notification_accept_batch
+
+logger = logging.getLogger("notifications.services")
+
+
+@dataclass
+class _Waiting:
+    """One request in the group: what it asks, and, once its group ran, its answer."""
+
+    client: ApiClient
+    item: BatchItem
+    woken: threading.Event = field(default_factory=threading.Event)
+    answer: AcceptResult | NotificationError | None = None
+    alone: bool = False  # its group's write failed as a whole: accept it on its own
+
+
+class AcceptGroup:
+    """The accepts of one process that are waiting to be written, and which of them leads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[_Waiting] = []
+        self._leading = False
+
+    @property
+    def waiting(self) -> int:
+        """How many accepts are waiting to be written (the next group)."""
+        with self._lock:
+            return len(self._waiting)
+
+    def accept(self, *, client: ApiClient, request: NotificationRequest, idempotency_key: str, fingerprint: str) -> AcceptResult:
+        item = BatchItem(
+            request=request, idempotency_key=idempotency_key, fingerprint=fingerprint, trace_context=otel_context.get_current()
+        )
+        waiting = _Waiting(client=client, item=item)
+        with self._lock:
+            self._waiting.append(waiting)
+            leads = not self._leading
+            self._leading = True
+        if not leads:
+            waiting.woken.wait()  # with an answer, or with the lead
+        if waiting.answer is None and not waiting.alone:
+            self._lead()
+        if waiting.alone:
+            return notification_accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
+        if isinstance(waiting.answer, NotificationError):
+            raise waiting.answer
+        assert waiting.answer is not None
+        return waiting.answer
+
+    def _lead(self) -> None:
+        """Accept every request waiting (up to ACCEPT_GROUP_SIZE), then pass the lead on."""
+        with self._lock:
+            size = get_config().accept_group_size
+            group, self._waiting = self._waiting[:size], self._waiting[size:]
+        try:
+            _group_accept(group)
+        except Exception:
+            logger.exception("a group of %d accepts failed as a whole; accepting them one by one", len(group))
+        finally:
+            for waiting in group:
+                if waiting.answer is None:
+                    waiting.alone = True
+            with self._lock:
+                following = self._waiting[0] if self._waiting else None
+                self._leading = following is not None
+            for waiting in group:
+                waiting.woken.set()
+            if following is not None:
+                following.woken.set()  # no answer yet: it leads the next group
+
+
+def _group_accept(group: list[_Waiting]) -> None:
+    """Answer each request of the group: alone when it is the only one, else in one batch per client."""
+    if len(group) == 1:
+        return  # accepted alone, in its own thread, exactly as without a group
+    by_client: dict[Any, list[_Waiting]] = {}
+    for waiting in group:
+        by_client.setdefault(waiting.client.pk, []).append(waiting)
+    for members in by_client.values():
+        if len(members) == 1:
+            continue
+        answers = notification_accept_batch(client=members[0].client, items=[waiting.item for waiting in members])
+        for waiting, answer in zip(members, answers, strict=True):
+            waiting.answer = answer
+
+
+group = AcceptGroup()  # this process's
+
+
+def notification_accept_grouped(
+    *, client: ApiClient, request: NotificationRequest, idempotency_key: str, fingerprint: str
+) -> AcceptResult:
+    """Accept one notification as notification_accept does, written with the other accepts of this
+    process that arrive at the same moment (one transaction, one publish). A digest member is
+    accepted alone: it joins its digest under the digest's row lock, which a batch does not take."""
+    if request.digest is not None or get_config().accept_group_size <= 1:
+        return notification_accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
+    return group.accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)

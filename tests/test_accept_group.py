@@ -1,0 +1,213 @@
+"""Group commit: single POST /notifications arriving at the same moment in one web process are
+written in one statement and published in one round trip, each keeping its own answer, its own
+idempotency key and its own trace. Real requests through the API (threads of this process, each
+with its own database connection), the real PostgreSQL and RabbitMQ.
+
+To make a group deterministic, the first request's turn (a group of one, accepted alone) waits
+until the others are queued behind it; they then form the next group."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+from django.db import connection
+from opentelemetry import trace
+from rest_framework.test import APIClient
+
+from notifications.conf import HIGH_QUEUE
+from notifications.models import IdempotencyKey, Notification, Status
+from notifications.services import accept_group
+
+from .factories import make_api_client, make_template
+from .helpers import wait_until
+from .test_tracing import spans  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/api/v1/notifications"
+
+
+@pytest.fixture
+def groups(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[int], Callable[[int], None]]]:
+    """The sizes of the groups written, and ``hold(n)``: the next group of one waits until ``n``
+    accepts are queued behind it, so those ``n`` are written together."""
+    sizes: list[int] = []
+    held: list[int] = []
+    real = accept_group._group_accept
+
+    def recording(group: list[Any]) -> None:
+        sizes.append(len(group))
+        if held and len(group) == 1:
+            wanted = held.pop()
+            wait_until(lambda: accept_group.group.waiting >= wanted, timeout=10, message=f"{wanted} accepts queued")
+        real(group)
+
+    monkeypatch.setattr(accept_group, "_group_accept", recording)
+    yield sizes, held.append
+
+
+def post_together(token: str, bodies: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """POST each (key, body) from its own thread, all at once; the responses in order."""
+    responses: list[Any] = [None] * len(bodies)
+    start = threading.Barrier(len(bodies))
+
+    def send(index: int) -> None:
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        key, body = bodies[index]
+        start.wait()
+        try:
+            responses[index] = api.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+        finally:
+            connection.close()  # this thread's connection, or the test database cannot be dropped
+
+    threads = [threading.Thread(target=send, args=(index,)) for index in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(not thread.is_alive() for thread in threads)
+    return responses
+
+
+def body(n: int, **fields: str) -> dict[str, Any]:
+    return {"user_id": f"u{n}", "message": f"hello {n}", "to": f"u{n}@example.com", **fields}
+
+
+def drain(broker: dramatiq.Broker, queue: str) -> list[dramatiq.Message[Any]]:
+    messages = []
+    while True:
+        _, _, raw = broker.channel.basic_get(queue=queue, auto_ack=True)
+        if raw is None:
+            return messages
+        messages.append(dramatiq.Message.decode(raw))
+
+
+def test_concurrent_accepts_are_written_as_one_group_each_with_its_own_answer_and_message(
+    groups: tuple[list[int], Callable[[int], None]], broker: dramatiq.Broker
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    hold(5)
+    responses = post_together(token, [(f"g-{n}", body(n)) for n in range(6)])
+
+    assert [r.status_code for r in responses] == [202] * 6, [r.content for r in responses]
+    assert sorted(sizes) == [1, 5]  # the first alone, the five behind it together
+    ids = [r.json()["id"] for r in responses]
+    assert len(set(ids)) == 6 and [r.json()["idempotency_key"] for r in responses] == [f"g-{n}" for n in range(6)]
+    stored = {str(n.pk): n for n in Notification.objects.all()}
+    assert set(stored) == set(ids)
+    for n, notification_id in enumerate(ids):
+        notification = stored[notification_id]
+        assert (notification.address, notification.status, notification.enqueued_at is not None) == (
+            f"u{n}@example.com",
+            Status.QUEUED,
+            True,
+        )
+        assert IdempotencyKey.objects.get(key=f"g-{n}").response_body == responses[n].json()
+    # One message per notification (each carries its own request's trace), published together.
+    assert sorted(m.args[0] for m in drain(broker, HIGH_QUEUE)) == sorted(ids)
+
+
+def test_the_same_key_twice_in_one_group_makes_one_notification_and_the_second_replays(
+    groups: tuple[list[int], Callable[[int], None]],
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    hold(3)
+    same = body(1)
+    responses = post_together(token, [("other-0", body(0)), ("same", same), ("same", same), ("other-2", body(2))])
+
+    assert [r.status_code for r in responses] == [202] * 4
+    assert sorted(sizes) == [1, 3]
+    first, second = responses[1], responses[2]
+    assert first.json() == second.json()
+    assert sorted([first.headers.get("Idempotent-Replayed"), second.headers.get("Idempotent-Replayed")], key=str) == [
+        None,
+        "true",
+    ]
+    assert Notification.objects.filter(idempotency_key="same").count() == 1
+    assert Notification.objects.count() == 3
+
+
+def test_a_bad_request_in_a_group_is_its_own_400_and_a_reused_key_with_another_body_its_own_422(
+    groups: tuple[list[int], Callable[[int], None]],
+) -> None:
+    sizes, hold = groups
+    client, token = make_api_client()
+    stored = APIClient()
+    stored.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert stored.post(URL, body(9), format="json", HTTP_IDEMPOTENCY_KEY="taken").status_code == 202
+    sizes.clear()
+    hold(3)
+    responses = post_together(
+        token,
+        [("a", body(0)), ("b", body(1, to="not-an-email")), ("taken", body(9, message="another body")), ("c", body(2))],
+    )
+
+    assert [r.status_code for r in responses] == [202, 400, 422, 202], [r.content for r in responses]
+    assert sorted(sizes) == [1, 3]
+    assert responses[1].json()["error"]["field"] == "to"
+    assert set(Notification.objects.values_list("idempotency_key", flat=True)) == {"taken", "a", "c"}
+
+
+def test_each_request_of_a_group_keeps_its_own_trace_to_its_message(
+    groups: tuple[list[int], Callable[[int], None]], broker: dramatiq.Broker, spans: Any
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    hold(3)
+    responses = post_together(token, [(f"t-{n}", body(n)) for n in range(4)])
+    assert [r.status_code for r in responses] == [202] * 4 and sorted(sizes) == [1, 3]
+
+    notifications = {str(n.pk): n for n in Notification.objects.all()}
+    request_traces = {
+        format(span.context.trace_id, "032x") for span in spans.get_finished_spans() if span.kind == trace.SpanKind.SERVER
+    }
+    # Four requests, four traces; each notification carries its own request's, not its leader's.
+    assert {n.trace_id for n in notifications.values()} == request_traces and len(request_traces) == 4
+    for message in drain(broker, HIGH_QUEUE):
+        traceparent = message.options["trace_context"]["traceparent"]
+        assert traceparent.split("-")[1] == notifications[message.args[0]].trace_id
+
+
+def test_a_group_whose_write_fails_as_a_whole_is_accepted_request_by_request(
+    groups: tuple[list[int], Callable[[int], None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    real = accept_group.notification_accept_batch
+    failures: list[int] = []
+
+    def failing_once(**kwargs: Any) -> Any:
+        if not failures:
+            failures.append(len(kwargs["items"]))
+            raise RuntimeError("the group's statement failed")
+        return real(**kwargs)
+
+    monkeypatch.setattr(accept_group, "notification_accept_batch", failing_once)
+    hold(3)
+    responses = post_together(token, [(f"f-{n}", body(n)) for n in range(4)])
+
+    assert failures == [3]  # the group of three failed as a whole...
+    assert [r.status_code for r in responses] == [202] * 4  # ...and each of its requests was accepted alone
+    assert Notification.objects.count() == 4 and IdempotencyKey.objects.count() == 4
+
+
+def test_a_digest_member_is_accepted_alone_never_in_a_group(groups: tuple[list[int], Callable[[int], None]]) -> None:
+    sizes, _ = groups
+    _, token = make_api_client()
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    make_template("daily", subject="{{ count }} updates", body="{% for item in items %}{{ item.n }} {% endfor %}", html_body="")
+    response = api.post(
+        URL,
+        {"user_id": "u1", "to": "u1@example.com", "template": "daily", "data": {"n": 1}, "digest": {"key": "daily", "window_seconds": 60}},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    assert sizes == []  # no group: it joined its digest under the digest's row lock
