@@ -156,7 +156,9 @@ def test_a_bad_request_in_a_group_is_its_own_400_and_a_reused_key_with_another_b
 
 
 def test_each_request_of_a_group_keeps_its_own_trace_to_its_message(
-    groups: tuple[list[int], Callable[[int], None]], broker: dramatiq.Broker, spans: Any
+    groups: tuple[list[int], Callable[[int], None]],
+    broker: dramatiq.Broker,
+    spans: Any,  # noqa: F811  (the fixture imported above)
 ) -> None:
     sizes, hold = groups
     _, token = make_api_client()
