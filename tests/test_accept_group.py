@@ -208,7 +208,13 @@ def test_a_digest_member_is_accepted_alone_never_in_a_group(groups: tuple[list[i
     make_template("daily", subject="{{ count }} updates", body="{% for item in items %}{{ item.n }} {% endfor %}", html_body="")
     response = api.post(
         URL,
-        {"user_id": "u1", "to": "u1@example.com", "template": "daily", "data": {"n": 1}, "digest": {"key": "daily", "window_seconds": 60}},
+        {
+            "user_id": "u1",
+            "to": "u1@example.com",
+            "template": "daily",
+            "data": {"n": 1},
+            "digest": {"key": "daily", "window_seconds": 60},
+        },
         format="json",
     )
     assert response.status_code == 202, response.content
