@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 from notifications.models import IdempotencyKey, Notification, Status
 
 from .factories import make_api_client, make_recipient
+from .fakes import override_notifications
 from .helpers import wait_until
 
 URL = "/api/v1/notifications"
@@ -172,6 +173,7 @@ def backends_waiting_on_a_lock() -> int:
 
 
 @pytest.mark.django_db(transaction=True)
+@override_notifications(ACCEPT_GROUP_SIZE=1)  # as two web processes would: each accepts on its own
 def test_a_request_while_the_first_is_inside_its_transaction_waits_for_it_then_replays(monkeypatch: pytest.MonkeyPatch) -> None:
     held = HeldAccept(monkeypatch, make_api_client("racer")[1])
     held.start()

@@ -59,9 +59,10 @@ def post_together(token: str, bodies: list[tuple[str, dict[str, Any]]]) -> list[
         api = APIClient()
         api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
         key, body = bodies[index]
+        headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
         start.wait()
         try:
-            responses[index] = api.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+            responses[index] = api.post(URL, body, format="json", **headers)
         finally:
             connection.close()  # this thread's connection, or the test database cannot be dropped
 
@@ -198,6 +199,18 @@ def test_a_group_whose_write_fails_as_a_whole_is_accepted_request_by_request(
     assert failures == [3]  # the group of three failed as a whole...
     assert [r.status_code for r in responses] == [202] * 4  # ...and each of its requests was accepted alone
     assert Notification.objects.count() == 4 and IdempotencyKey.objects.count() == 4
+
+
+def test_requests_without_a_key_in_one_group_each_get_a_key_of_their_own(
+    groups: tuple[list[int], Callable[[int], None]],
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    hold(3)
+    responses = post_together(token, [("", body(n)) for n in range(4)])
+    assert [r.status_code for r in responses] == [202] * 4 and sorted(sizes) == [1, 3]
+    keys = {r.json()["idempotency_key"] for r in responses}
+    assert len(keys) == 4 and "" not in keys and IdempotencyKey.objects.filter(key__in=keys).count() == 4
 
 
 def test_a_digest_member_is_accepted_alone_never_in_a_group(groups: tuple[list[int], Callable[[int], None]]) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ class _Waiting:
     woken: threading.Event = field(default_factory=threading.Event)
     answer: AcceptResult | NotificationError | None = None
     alone: bool = False  # its group's write failed as a whole: accept it on its own
+    failure: Exception | None = None  # what its accept raised when it was accepted alone while leading
 
 
 class AcceptGroup:
@@ -72,6 +74,8 @@ class AcceptGroup:
             waiting.woken.wait()  # with an answer, or with the lead
         if waiting.answer is None and not waiting.alone:
             self._lead()
+        if waiting.failure is not None:
+            raise waiting.failure
         if waiting.alone:
             return notification_accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
         if isinstance(waiting.answer, NotificationError):
@@ -90,7 +94,7 @@ class AcceptGroup:
             logger.exception("a group of %d accepts failed as a whole; accepting them one by one", len(group))
         finally:
             for waiting in group:
-                if waiting.answer is None:
+                if waiting.answer is None and waiting.failure is None:
                     waiting.alone = True
             with self._lock:
                 following = self._waiting[0] if self._waiting else None
@@ -104,7 +108,23 @@ class AcceptGroup:
 def _group_accept(group: list[_Waiting]) -> None:
     """Answer each request of the group: alone when it is the only one, else in one batch per client."""
     if len(group) == 1:
-        return  # accepted alone, in its own thread, exactly as without a group
+        # The leader alone (a group's first is its leader): accepted exactly as without a group,
+        # but while it still leads, so the requests arriving meanwhile gather into the next group.
+        # Were the lead passed on first, each of them would find no leader, lead a group of one
+        # in turn, and under load the groups would never form again.
+        only = group[0]
+        try:
+            only.answer = notification_accept(
+                client=only.client,
+                request=only.item.request,
+                idempotency_key=only.item.idempotency_key,
+                fingerprint=only.item.fingerprint,
+            )
+        except NotificationError as exc:
+            only.answer = exc
+        except Exception as exc:  # the database down, say: raised in its own request, as without a group
+            only.failure = exc
+        return
     by_client: dict[Any, list[_Waiting]] = {}
     for waiting in group:
         by_client.setdefault(waiting.client.pk, []).append(waiting)
@@ -120,11 +140,13 @@ group = AcceptGroup()  # this process's
 
 
 def notification_accept_grouped(
-    *, client: ApiClient, request: NotificationRequest, idempotency_key: str, fingerprint: str
+    *, client: ApiClient, request: NotificationRequest, idempotency_key: str | None, fingerprint: str
 ) -> AcceptResult:
     """Accept one notification as notification_accept does, written with the other accepts of this
     process that arrive at the same moment (one transaction, one publish). A digest member is
-    accepted alone: it joins its digest under the digest's row lock, which a batch does not take."""
+    accepted alone: it joins its digest under the digest's row lock, which a batch does not take.
+    Without an idempotency key it gets a new one, as notification_accept gives it."""
     if request.digest is not None or get_config().accept_group_size <= 1:
         return notification_accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
-    return group.accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
+    key = idempotency_key or str(uuid.uuid4())
+    return group.accept(client=client, request=request, idempotency_key=key, fingerprint=fingerprint)
