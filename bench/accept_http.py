@@ -61,8 +61,8 @@ def _healthy(url: str) -> bool:
 
 @contextlib.contextmanager
 def web_server(*, workers: int = 1) -> Iterator[tuple[str, BenchProcess]]:
-    """``python -m gunicorn platform.wsgi:application`` as the image runs it (gunicorn.conf.py: one
-    process, 8 threads), on a free port of 127.0.0.1, with ``--workers`` when asked for more."""
+    """``python -m gunicorn platform.wsgi:application`` as the image runs it (gunicorn.conf.py: its
+    processes, 16 threads each), on a free port of 127.0.0.1, with ``--workers`` as asked."""
     port = free_port()
     argv = [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"]
     # A control socket of its own: gunicorn's default (~/.gunicorn/gunicorn.ctl) is one per user.

@@ -88,7 +88,7 @@ def accept_section(r: Results) -> list[str]:
     lines = [
         "## 1. Accept over HTTP",
         "",
-        "`python -m gunicorn platform.wsgi:application` with gunicorn.conf.py (gthread, 8 threads; `--workers` as listed), "
+        "`python -m gunicorn platform.wsgi:application` with gunicorn.conf.py (gthread, 16 threads; `--workers` as listed), "
         "DEBUG off, JSON access log, on 127.0.0.1, no worker running. "
         f"`wrk -t{r.options['threads']} -c{r.options['connections']} -d{r.options['duration']:g}s` after a "
         "3 s warm-up of each; the accept is `POST /api/v1/notifications` with a unique Idempotency-Key and body per request "
@@ -254,7 +254,7 @@ def scaling_section(r: Results) -> list[str]:
     lines = [
         "## 6. One process against two",
         "",
-        "From sections 1 and 2: gunicorn `--workers 1` against `--workers 2` (8 threads each), rundramatiq `--processes 1` "
+        "From sections 1 and 2: gunicorn `--workers 1` against `--workers 2` (16 threads each), rundramatiq `--processes 1` "
         "against `--processes 2` (8 threads each), each with its baseline from the same run.",
         "",
         "| | 1 process | 2 processes | 2 / 1 |",
