@@ -104,6 +104,7 @@ class AcceptRun:
     workers: int
     healthz: Load
     accept: Load
+    group_mean: float | None = None  # single accepts per group commit during the accept run (/metrics)
 
     @property
     def ratio(self) -> float:
@@ -122,11 +123,25 @@ def accept_http(*, workers: int, duration: float, threads: int, connections: int
         wrk(url, duration=warmup, accept=False, prefix=f"{tag}-warm", **load)
         wrk(url, duration=warmup, accept=True, prefix=f"{tag}-warm", **load)
         healthz = wrk(url, duration=duration, accept=False, prefix=f"{tag}-healthz", **load)
+        groups_before = accept_groups(url)
         accept = wrk(url, duration=duration, accept=True, prefix=f"{tag}-accept", **load)
+        groups_after = accept_groups(url)
     stored = Notification.objects.filter(idempotency_key__startswith=f"{tag}-accept-").count()
     if stored < accept.requests - accept.errors:
         raise SystemExit(
             f"bench: {accept.requests - accept.errors} accepts answered 202 but only {stored} notifications are stored"
         )
     queue_purge()
-    return AcceptRun(workers=workers, healthz=healthz, accept=accept)
+    written, groups = (after - before for after, before in zip(groups_after, groups_before, strict=True))
+    return AcceptRun(workers=workers, healthz=healthz, accept=accept, group_mean=written / groups if groups else None)
+
+
+def accept_groups(url: str) -> tuple[float, float]:
+    """(accepts, groups) written by group commits so far, from the web tier's /metrics."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    values = dict.fromkeys(("notifications_accept_group_size_sum", "notifications_accept_group_size_count"), 0.0)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in values:
+            values[name] = float(value)
+    return values["notifications_accept_group_size_sum"], values["notifications_accept_group_size_count"]

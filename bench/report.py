@@ -106,7 +106,8 @@ def accept_section(r: Results) -> list[str]:
             )
     for workers, run in sorted(r.accept.items()):
         lines.append("")
-        lines.append(f"Accept / healthz with {workers} worker(s): **{run.ratio:.2f}** (goal >= 0.50).")
+        groups = f"; {run.group_mean:.1f} accepts per group commit" if run.group_mean else ""
+        lines.append(f"Accept / healthz with {workers} worker(s): **{run.ratio:.2f}** (goal >= 0.50){groups}.")
     return lines
 
 

@@ -68,6 +68,11 @@ notification_rate_limited = Counter(
     "Sends postponed because the channel's shared rate limit had no free slot (or the provider said 429).",
     ["channel"],
 )
+notifications_accept_group_size = Histogram(
+    "notifications_accept_group_size",
+    "Single accepts of a web process written in one statement (group commit): 1 at low load, more as it rises.",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
 notifications_suppressed = Counter(
     "notifications_suppressed",
     "Notifications not sent because the recipient's preferences forbid them: preference, unsubscribed, default_off.",
@@ -150,6 +155,10 @@ def record_retry(*, channel: str, reason: str) -> None:
 
 def record_rate_limited(*, channel: str) -> None:
     notification_rate_limited.labels(channel=channel).inc()
+
+
+def record_accept_group(size: int) -> None:
+    notifications_accept_group_size.observe(size)
 
 
 def record_suppressed(*, channel: str, reason: str) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from .. import metrics
 from ..conf import get_config
 from ..errors import NotificationError
 from ..models import ApiClient
@@ -88,6 +89,7 @@ class AcceptGroup:
         with self._lock:
             size = get_config().accept_group_size
             group, self._waiting = self._waiting[:size], self._waiting[size:]
+        metrics.record_accept_group(len(group))
         try:
             _group_accept(group)
         except Exception:
