@@ -3,11 +3,12 @@ written in one transaction and published in one round trip, as a batch accept is
 
 Each ``POST /notifications`` joins the process's group. The first to arrive leads: it takes every
 request waiting (its own included), accepts them with notification_accept_batch (one read of their
-keys, recipients and suppressions, one transaction, one AMQP commit), hands each its answer, and
-passes the lead to the first request that arrived meanwhile. At low load a request finds nobody
-waiting and is accepted alone (notification_accept, exactly as without the group); under load the
-requests that arrive while one group is in PostgreSQL form the next, so the round trips, commits
-and broker confirms per request fall as the load rises, and latency does not wait on a timer.
+recipients, one of their suppressions, one statement for their keys and notifications, one AMQP
+commit), hands each its answer, and passes the lead to the first request that arrived meanwhile.
+At low load a request finds nobody waiting and is accepted alone (notification_accept, exactly as
+without the group, while it leads); under load the requests that arrive while one group is being
+written form the next, so the round trips, commits and broker round trips per request fall as the
+load rises, and no request waits on a timer.
 
 Nothing changes in what a request is answered: each keeps its idempotency key (the same key twice
 in one group: the second replays the first), its validation error, its own trace (built and
