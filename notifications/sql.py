@@ -103,8 +103,7 @@ def insert_claimed(
         with transaction.atomic():
             taken = insert_rows_or_nothing(claim_model, claim_rows, conflict_fields=conflict_fields, returning=returning)
             kept = [row for row in rows if row[claimed_by] in taken]
-            insert_rows_or_nothing(model, kept, conflict_fields=(), returning=pk.column)
-        return {pk.to_python(row[pk.column]) for row in kept}
+            return insert_rows_or_nothing(model, kept, conflict_fields=(), returning=str(pk.column))
     claim_insert, claim_params = _insert_select(claim_model, claim_rows)
     insert, params = _insert_select(model, rows)
     sql = (

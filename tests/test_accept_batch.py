@@ -138,3 +138,20 @@ def test_a_batch_while_the_database_is_down_answers_503_not_a_500_per_item(monke
     assert response.status_code == 503, response.content
     assert response.json()["error"]["code"] == "unavailable" and int(response["Retry-After"]) > 0
     assert Notification.objects.count() == 0
+
+
+def test_an_address_suppressed_at_accept_in_a_batch_is_counted_once(broker: dramatiq.Broker) -> None:
+    from prometheus_client import REGISTRY
+
+    from notifications.models import Suppression
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("notifications_suppressed_total", {"channel": "email", "reason": "bounced"}) or 0.0
+
+    client, _ = make_api_client()
+    Suppression.objects.create(client=client, channel="email", address="u2@example.com", reason="bounced")
+    before = counted()
+    kept, suppressed = services.notification_accept_batch(client=client, items=[item(1), item(2)])
+    assert isinstance(suppressed, services.AcceptResult) and suppressed.body["status"] == Status.SUPPRESSED
+    assert isinstance(kept, services.AcceptResult) and kept.body["status"] == Status.QUEUED
+    assert counted() == before + 1

@@ -156,6 +156,61 @@ def test_a_bad_request_in_a_group_is_its_own_400_and_a_reused_key_with_another_b
     assert set(Notification.objects.values_list("idempotency_key", flat=True)) == {"taken", "a", "c"}
 
 
+def test_the_same_key_after_a_refused_request_with_another_body_is_accepted_as_its_own(
+    groups: tuple[list[int], Callable[[int], None]],
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    hold(3)
+    responses = post_together(
+        token, [("lead", body(0)), ("shared", body(1, to="not-an-email")), ("shared", body(2)), ("other", body(3))]
+    )
+    # The good request is never refused for the bad one: if the bad one came first it is its own
+    # 400 and the key went to no one; if the good one came first it took the key and the bad one,
+    # another body, is a 422. Exactly as when the two come one after the other.
+    codes = [r.status_code for r in responses]
+    assert codes[0] == codes[2] == codes[3] == 202 and codes[1] in (400, 422), [r.content for r in responses]
+    assert sorted(sizes) == [1, 3]
+    assert Notification.objects.get(idempotency_key="shared").address == "u2@example.com"
+
+
+def test_a_request_that_waits_too_long_for_its_group_is_accepted_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, token = make_api_client()
+    stuck, released = threading.Event(), threading.Event()
+    real = accept_group._group_accept
+
+    def stuck_leader(group: list[Any]) -> None:
+        if not stuck.is_set():
+            stuck.set()
+            released.wait(timeout=20)  # the leader hangs (a lock held elsewhere, a blocked broker)
+        real(group)
+
+    monkeypatch.setattr(accept_group, "_group_accept", stuck_leader)
+    monkeypatch.setattr(accept_group, "GROUP_WAIT_SECONDS", 0.2)
+    answered: list[str] = []
+
+    def leader() -> None:
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        try:
+            answered.append(f"leader {api.post(URL, body(0), format='json', HTTP_IDEMPOTENCY_KEY='slow').status_code}")
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=leader)
+    first.start()
+    assert stuck.wait(timeout=10)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    waited = api.post(URL, body(1), format="json", HTTP_IDEMPOTENCY_KEY="patient")
+    answered.append(f"follower {waited.status_code}")
+    assert accept_group.group.waiting == 0  # it left the queue: the stuck group will not take it too
+    released.set()
+    first.join(timeout=30)
+    assert answered == ["follower 202", "leader 202"]
+    assert set(Notification.objects.values_list("idempotency_key", flat=True)) == {"slow", "patient"}
+
+
 def test_each_request_of_a_group_keeps_its_own_trace_to_its_message(
     groups: tuple[list[int], Callable[[int], None]],
     broker: dramatiq.Broker,

@@ -119,8 +119,14 @@ class SmtpServer:
 
     def close(self) -> None:
         self.release.set()
-        self._server.close()
-        self._loop.call_soon_threadsafe(self._loop.stop)
+
+        def shut() -> None:
+            # On the loop's own thread: asyncio is not thread-safe, and a Server closed from the
+            # test's thread while the loop drops a connection raced it (TypeError in _wakeup).
+            self._server.close()
+            self._loop.stop()
+
+        self._loop.call_soon_threadsafe(shut)
         self._thread.join(timeout=5)
 
 

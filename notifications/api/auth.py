@@ -18,11 +18,13 @@ from ..token_cache import known_tokens
 # Where FailedAuthenticationThrottle.allow_known leaves the client's request count it took along.
 COUNTED_ATTRIBUTE = "_api_client_window_count"
 
-# A known token's request: its address's failures (KEYS[1], read) and its client's count in the
-# current window (KEYS[2], counted, expiring after ARGV[1] s), in one command. One EVALSHA costs
-# the web less than a pipeline of three commands, whose packing and parsing were most of it.
+# A known token's request: its address's failures (KEYS[1], read; at ARGV[2] or more it is refused
+# and not counted) and its client's count in the current window (KEYS[2], counted, expiring after
+# ARGV[1] s), in one command. One EVALSHA costs the web less than a pipeline of three commands,
+# whose packing and parsing were most of it.
 _KNOWN_TOKEN_SCRIPT = """
 local failed = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if failed >= tonumber(ARGV[2]) then return {failed, 0} end
 local count = redis.call('INCR', KEYS[2])
 if count == 1 then redis.call('EXPIRE', KEYS[2], ARGV[1]) end
 return {failed, count}
@@ -208,7 +210,7 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
 
         def check() -> bool:
             failed, count = _known_token_script(redis)(
-                keys=[cache.make_key(self.key), window], args=[throttle.duration + 1], client=redis
+                keys=[cache.make_key(self.key), window], args=[throttle.duration + 1, self.num_requests], client=redis
             )
             setattr(request, COUNTED_ATTRIBUTE, (window, count))
             return int(failed) < self.num_requests

@@ -112,7 +112,9 @@ class ReusedFields:
     The fields hold nothing of a validation but their ``parent`` (how a field finds its
     serializer's context), so one thread's serializers of a class can share one set, pointed at
     the serializer in use; a thread validates one request at a time. Only for serializers whose
-    fields are plain declarations (none made per instance from its data or context).
+    fields are plain declarations (none made per instance from its data or context). The last
+    serializer of each thread stays referenced (by its fields' ``parent``) until the next one: its
+    request body, at most DATA_UPLOAD_MAX_MEMORY_SIZE a web thread.
     """
 
     @cached_property

@@ -4,13 +4,14 @@ own validation, its own answer), written together and published together."""
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from .. import tracing
+from .. import metrics, tracing
 from ..errors import NotificationError
 from ..models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
 from ..sql import insert_claimed, model_rows
@@ -58,29 +59,30 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
     built: list[tuple[int, Notification, dict[str, Any], float]] = []
     cap_slots: dict[Any, CapSlot] = {}
     carriers: dict[str, dict[str, str]] | None = None if all(i.trace_context is None for i in items) else {}
-    for key, index in first_of_key.items():
-        item = items[index]
-        try:
-            digest_refused_in_batch(item.request.digest)
-            with tracing.context_attached(item.trace_context):
-                notification = notification_build(client=client, request=item.request, idempotency_key=key, lookups=lookups)
-                if carriers is not None:
-                    carriers[str(notification.id)] = tracing.message_carrier()
-        except NotificationError as exc:
-            results[index] = exc
-            continue
-        cap_slots[notification.id] = recipient_cap_take(notification=notification)  # may suppress it (throttled)
-        delay = notification_enqueued_state(notification, now=notification.created_at)
-        body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
-        built.append((index, notification, body, delay))
-
     taken: set[Any] = set()
     try:
+        for key, index in first_of_key.items():
+            item = items[index]
+            try:
+                digest_refused_in_batch(item.request.digest)
+                with tracing.context_attached(item.trace_context):
+                    notification = notification_build(client=client, request=item.request, idempotency_key=key, lookups=lookups)
+                    if carriers is not None:
+                        carriers[str(notification.id)] = tracing.message_carrier()
+            except NotificationError as exc:
+                results[index] = exc
+                continue
+            cap_slots[notification.id] = recipient_cap_take(notification=notification)  # may suppress it (throttled)
+            delay = notification_enqueued_state(notification, now=notification.created_at)
+            body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
+            built.append((index, notification, body, delay))
         taken = _insert(client=client, items=items, built=built, now=now)
-    finally:  # what was not written (a taken key, or the whole batch failing) gives its cap slot back
+    finally:  # what was not written (a taken key, a build or the write failing) gives its cap slot back
         for notification_id, slot in cap_slots.items():
             if notification_id not in taken:
                 slot.release()
+    for notification in (n for _, n, _, _ in built if n.id in taken and n.status == Status.SUPPRESSED):
+        metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
     for index, notification, body, _ in built:
         if notification.id in taken:
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
@@ -99,6 +101,9 @@ def _insert(
     notifications bring their status events along."""
     if not built:
         return set()
+    # In key order: two processes' groups claiming overlapping keys take their index locks in the
+    # same order, so they wait for each other instead of deadlocking.
+    built = sorted(built, key=lambda entry: entry[1].idempotency_key)
     keys = [
         idempotency_key_row(
             client=client, key=notification.idempotency_key, fingerprint=items[index].fingerprint, body=body, now=now
@@ -128,8 +133,9 @@ def _answer_taken_keys(
 ) -> None:
     """Answer the items not accepted as new: from their key when it is live (a replay, or 422 for
     another body; a stored key also wins over a validation error, as for a single accept), else
-    the first item's answer for a key repeated in the batch; an item whose key had expired is
-    accepted on its own. One read of the keys concerned; none when every item was new."""
+    the refusal of the first item with its key when it is the same request; any other (its key
+    had expired, or its first item was another request that was refused) is accepted on its own.
+    One read of the keys concerned; none when every item was new."""
     pending = [index for index, result in enumerate(results) if result is None or isinstance(result, NotificationError)]
     if not pending:
         return
@@ -144,9 +150,12 @@ def _answer_taken_keys(
                 results[index] = idempotency_answer(record, fingerprint=item.fingerprint)
             elif results[index] is not None:
                 continue  # refused (say, an invalid address), and no live key to answer instead
-            elif first != index and isinstance(results[first], NotificationError):
-                results[index] = results[first]  # the same key as an item that was refused
-            else:  # its key expired (or vanished) since: accepted on its own, which takes the key again
+            elif (
+                first != index and isinstance(results[first], NotificationError) and items[first].fingerprint == item.fingerprint
+            ):
+                results[index] = copy.copy(results[first])  # the same request as one refused (its own copy to raise)
+            else:  # its key expired (or vanished), or went to no one (its first item, another request, was
+                # refused): accepted on its own, which takes the key as a single accept does
                 with tracing.context_attached(item.trace_context):
                     results[index] = notification_accept(
                         client=client, request=item.request, idempotency_key=item.idempotency_key, fingerprint=item.fingerprint

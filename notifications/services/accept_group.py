@@ -37,13 +37,20 @@ from .accept_batch import BatchItem, notification_accept_batch
 logger = logging.getLogger("notifications.services")
 
 
-@dataclass
+# How long a request waits for its group before it is accepted on its own instead: far longer than
+# a group takes (milliseconds), only so that a leader stuck on something (a lock another process
+# holds, a broker that blocks publishers) cannot hold every accept of the process behind it.
+GROUP_WAIT_SECONDS = 10.0
+
+
+@dataclass(eq=False)
 class _Waiting:
     """One request in the group: what it asks, and, once its group ran, its answer."""
 
     client: ApiClient
     item: BatchItem
     woken: threading.Event = field(default_factory=threading.Event)
+    leads: bool = False  # set under the group's lock: it takes the next group
     answer: AcceptResult | NotificationError | None = None
     alone: bool = False  # its group's write failed as a whole: accept it on its own
     failure: Exception | None = None  # what its accept raised when it was accepted alone while leading
@@ -63,19 +70,26 @@ class AcceptGroup:
         with self._lock:
             return len(self._waiting)
 
-    def accept(self, *, client: ApiClient, request: NotificationRequest, idempotency_key: str, fingerprint: str) -> AcceptResult:
+    def accept(
+        self, *, client: ApiClient, request: NotificationRequest, idempotency_key: str, fingerprint: str, size: int
+    ) -> AcceptResult:
         item = BatchItem(
             request=request, idempotency_key=idempotency_key, fingerprint=fingerprint, trace_context=otel_context.get_current()
         )
         waiting = _Waiting(client=client, item=item)
         with self._lock:
             self._waiting.append(waiting)
-            leads = not self._leading
+            waiting.leads = not self._leading
             self._leading = True
-        if not leads:
-            waiting.woken.wait()  # with an answer, or with the lead
-        if waiting.answer is None and not waiting.alone:
-            self._lead()
+        if not waiting.leads:
+            if not waiting.woken.wait(timeout=GROUP_WAIT_SECONDS) and self._withdraw(waiting):
+                logger.warning("an accept waited %.0f s for its group; accepting it on its own", GROUP_WAIT_SECONDS)
+                return notification_accept(
+                    client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint
+                )
+            waiting.woken.wait()  # set already, or it is in a group under way, which always ends by waking it
+        if waiting.leads:
+            self._lead(size)
         if waiting.failure is not None:
             raise waiting.failure
         if waiting.alone:
@@ -85,13 +99,21 @@ class AcceptGroup:
         assert waiting.answer is not None
         return waiting.answer
 
-    def _lead(self) -> None:
-        """Accept every request waiting (up to ACCEPT_GROUP_SIZE), then pass the lead on."""
+    def _withdraw(self, waiting: _Waiting) -> bool:
+        """Take a request that waited too long out of the queue; False when it can no longer be
+        (a group took it, or it was just given the lead)."""
         with self._lock:
-            size = get_config().accept_group_size
+            if waiting.leads or not any(other is waiting for other in self._waiting):
+                return False
+            self._waiting = [other for other in self._waiting if other is not waiting]
+            return True
+
+    def _lead(self, size: int) -> None:
+        """Accept every request waiting (up to ``size``, its own first), then pass the lead on."""
+        with self._lock:
             group, self._waiting = self._waiting[:size], self._waiting[size:]
-        metrics.record_accept_group(len(group))
         try:
+            metrics.record_accept_group(len(group))
             _group_accept(group)
         except Exception:
             logger.exception("a group of %d accepts failed as a whole; accepting them one by one", len(group))
@@ -99,13 +121,16 @@ class AcceptGroup:
             for waiting in group:
                 if waiting.answer is None and waiting.failure is None:
                     waiting.alone = True
+                waiting.leads = False
             with self._lock:
                 following = self._waiting[0] if self._waiting else None
                 self._leading = following is not None
+                if following is not None:
+                    following.leads = True
             for waiting in group:
                 waiting.woken.set()
             if following is not None:
-                following.woken.set()  # no answer yet: it leads the next group
+                following.woken.set()  # it leads the next group
 
 
 def _group_accept(group: list[_Waiting]) -> None:
@@ -149,7 +174,8 @@ def notification_accept_grouped(
     process that arrive at the same moment (one transaction, one publish). A digest member is
     accepted alone: it joins its digest under the digest's row lock, which a batch does not take.
     Without an idempotency key it gets a new one, as notification_accept gives it."""
-    if request.digest is not None or get_config().accept_group_size <= 1:
+    size = get_config().accept_group_size
+    if request.digest is not None or size <= 1:
         return notification_accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
     key = idempotency_key or str(uuid.uuid4())
-    return group.accept(client=client, request=request, idempotency_key=key, fingerprint=fingerprint)
+    return group.accept(client=client, request=request, idempotency_key=key, fingerprint=fingerprint, size=size)
