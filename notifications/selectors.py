@@ -167,12 +167,12 @@ def recipient_and_category(*, client: ApiClient, user_id: str, category_key: str
     """What accepting a notification reads: the category ``category_key`` as the client sees it
     (None: unknown) and the client's recipient ``user_id`` (None: not stored), whose preferences
     and quiet hours apply even when the request gives the address itself. Two plain primary-key
-    or unique-index probes: building one query with a subquery per recipient column cost more
-    CPU in the ORM than the second round trip costs."""
+    or unique-index probes (the category usually cached): building one query with a subquery per
+    recipient column cost more CPU in the ORM than the second round trip costs."""
     category = category_get(client=client, key=category_key)
     if category is None:
         return None, None
-    return Recipient.objects.filter(client=client, user_id=user_id).first(), category
+    return recipients_by_user_id(client=client, user_ids=[user_id]).get(user_id), category
 
 
 def recipients_by_user_id(*, client: ApiClient, user_ids: Iterable[str]) -> dict[str, Recipient]:

@@ -84,16 +84,14 @@ class AcceptGroup:
         if not waiting.leads:
             if not waiting.woken.wait(timeout=GROUP_WAIT_SECONDS) and self._withdraw(waiting):
                 logger.warning("an accept waited %.0f s for its group; accepting it on its own", GROUP_WAIT_SECONDS)
-                return notification_accept(
-                    client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint
-                )
+                return _accept_alone(waiting)
             waiting.woken.wait()  # set already, or it is in a group under way, which always ends by waking it
         if waiting.leads:
             self._lead(size)
         if waiting.failure is not None:
             raise waiting.failure
         if waiting.alone:
-            return notification_accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
+            return _accept_alone(waiting)
         if isinstance(waiting.answer, NotificationError):
             raise waiting.answer
         assert waiting.answer is not None
@@ -133,6 +131,14 @@ class AcceptGroup:
                 following.woken.set()  # it leads the next group
 
 
+def _accept_alone(waiting: _Waiting) -> AcceptResult:
+    """Accept one request on its own, in the calling thread (its own), as without a group."""
+    item = waiting.item
+    return notification_accept(
+        client=waiting.client, request=item.request, idempotency_key=item.idempotency_key, fingerprint=item.fingerprint
+    )
+
+
 def _group_accept(group: list[_Waiting]) -> None:
     """Answer each request of the group: alone when it is the only one, else in one batch per client."""
     if len(group) == 1:
@@ -142,12 +148,7 @@ def _group_accept(group: list[_Waiting]) -> None:
         # in turn, and under load the groups would never form again.
         only = group[0]
         try:
-            only.answer = notification_accept(
-                client=only.client,
-                request=only.item.request,
-                idempotency_key=only.item.idempotency_key,
-                fingerprint=only.item.fingerprint,
-            )
+            only.answer = _accept_alone(only)
         except NotificationError as exc:
             only.answer = exc
         except Exception as exc:  # the database down, say: raised in its own request, as without a group

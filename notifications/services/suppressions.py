@@ -28,9 +28,7 @@ PERMANENT_ERROR_REASONS: dict[tuple[str, str], str] = {
 def address_suppressed_reason(*, client_id: Any, channel: str, address: str) -> str:
     """Why the client may not send to ``address`` on ``channel`` (a SuppressionReason, which is
     also the notification's ``suppressed_reason``); "" when it may. One unique-index probe."""
-    reasons = Suppression.objects.filter(client_id=client_id, channel=channel, address=address).values_list("reason", flat=True)
-    found = list(reasons[:1])
-    return str(found[0]) if found else ""
+    return addresses_suppressed_reasons(client_id=client_id, addresses=[(channel, address)]).get((channel, address), "")
 
 
 def addresses_suppressed_reasons(*, client_id: Any, addresses: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
