@@ -15,6 +15,9 @@ from .base import PermanentChannelError, TransientChannelError
 
 # Says what went wrong in a provider's own words, from its error body (status, parsed JSON, text).
 DescribeError = Callable[[Any, str], str]
+# A provider's own code for an error from its parsed body ("" for none): kept on the channel error
+# as ``provider_code``, so the suppression list can tell a STOP or an uninstalled app from others.
+ErrorCode = Callable[[Any], str]
 
 # How much of a provider's error body is kept in the error message (and so on the DeliveryAttempt).
 ERROR_TEXT_LIMIT = 500
@@ -59,7 +62,13 @@ def describe_plain(payload: Any, text: str) -> str:
 
 
 def raise_for_status(
-    status: int, headers: Mapping[str, str], text: str, *, provider: str, describe: DescribeError = describe_plain
+    status: int,
+    headers: Mapping[str, str],
+    text: str,
+    *,
+    provider: str,
+    describe: DescribeError = describe_plain,
+    error_code: ErrorCode | None = None,
 ) -> None:
     """Raise the channel error a non-2xx answer means; return quietly on 2xx.
 
@@ -69,8 +78,11 @@ def raise_for_status(
     """
     if 200 <= status < 300:
         return
-    detail = describe(parse_json(text), text)
-    extra = {"http_status": status}
+    payload = parse_json(text)
+    detail = describe(payload, text)
+    extra: dict[str, Any] = {"http_status": status}
+    if error_code is not None and error_code(payload):
+        extra["provider_code"] = error_code(payload)
     if status == 429:
         retry_after = retry_after_seconds(headers.get("Retry-After"))
         raise TransientChannelError(
@@ -107,7 +119,13 @@ def _session() -> requests.Session:
 
 
 def provider_post(
-    url: str, *, provider: str, timeout: float, describe: DescribeError = describe_plain, **kwargs: Any
+    url: str,
+    *,
+    provider: str,
+    timeout: float,
+    describe: DescribeError = describe_plain,
+    error_code: ErrorCode | None = None,
+    **kwargs: Any,
 ) -> requests.Response:
     """POST to a provider's API; returns a 2xx response or raises the channel error it means."""
     try:
@@ -118,5 +136,7 @@ def provider_post(
         raise TransientChannelError(f"could not reach {provider}: {exc}", code="connection_error") from exc
     except requests.RequestException as exc:
         raise TransientChannelError(f"{provider} request failed: {exc}", code="request_error") from exc
-    raise_for_status(response.status_code, response.headers, response.text, provider=provider, describe=describe)
+    raise_for_status(
+        response.status_code, response.headers, response.text, provider=provider, describe=describe, error_code=error_code
+    )
     return response

@@ -7,7 +7,6 @@ from typing import Any
 from urllib.parse import quote
 
 from ..conf import get_config
-from ..errors import ChannelError
 from .base import OutgoingMessage, SendResult
 from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 
@@ -55,25 +54,14 @@ class FcmPushProvider:
                 "data": fcm_data(message),
             }
         }
-        error_codes: list[str] = []
-
-        def describe(payload: Any, text: str) -> str:
-            error_codes.append(fcm_error_code(payload))
-            return describe_fcm_error(payload, text)
-
-        try:
-            response = provider_post(
-                f"{config.fcm_api_base}/v1/projects/{quote(config.fcm_project_id, safe='')}/messages:send",
-                provider=PROVIDER,
-                timeout=config.provider_timeout_seconds,
-                describe=describe,
-                json=body,
-                headers={"Authorization": f"Bearer {config.fcm_access_token}"},
-            )
-        except ChannelError as exc:
-            # Kept as data, so the suppression list can tell an UNREGISTERED token from other refusals.
-            if error_codes and error_codes[-1]:
-                exc.extra["provider_code"] = error_codes[-1]
-            raise
+        response = provider_post(
+            f"{config.fcm_api_base}/v1/projects/{quote(config.fcm_project_id, safe='')}/messages:send",
+            provider=PROVIDER,
+            timeout=config.provider_timeout_seconds,
+            describe=describe_fcm_error,
+            error_code=fcm_error_code,  # an UNREGISTERED token goes on the suppression list
+            json=body,
+            headers={"Authorization": f"Bearer {config.fcm_access_token}"},
+        )
         name = str(json_object(response.text).get("name", ""))
         return SendResult(provider_message_id=name, response_summary=f"HTTP {response.status_code} name={name or '?'}")

@@ -7,7 +7,6 @@ from typing import Any
 from urllib.parse import quote
 
 from ..conf import NotificationsConfig, get_config
-from ..errors import ChannelError
 from .base import OutgoingMessage, SendResult
 from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 
@@ -63,28 +62,17 @@ class TwilioSmsProvider:
         callback = status_callback_url(message.notification_id)
         if callback:
             data["StatusCallback"] = callback
-        error_codes: list[str] = []
-
-        def describe(payload: Any, text: str) -> str:
-            error_codes.append(twilio_error_code(payload))
-            return describe_twilio_error(payload, text)
-
-        try:
-            response = provider_post(
-                f"{config.twilio_api_base}/2010-04-01/Accounts/{quote(sid, safe='')}/Messages.json",
-                provider=PROVIDER,
-                timeout=config.provider_timeout_seconds,
-                describe=describe,
-                auth=(sid, config.twilio_auth_token),
-                data=data,
-                # Twilio drops a repeat of the same token, so a send retried after a lost answer is not doubled.
-                headers={"I-Twilio-Idempotency-Token": message.idempotency_key or message.notification_id},
-            )
-        except ChannelError as exc:
-            # Kept as data, so the suppression list can tell a STOP (21610) from other refusals.
-            if error_codes and error_codes[-1]:
-                exc.extra["provider_code"] = error_codes[-1]
-            raise
+        response = provider_post(
+            f"{config.twilio_api_base}/2010-04-01/Accounts/{quote(sid, safe='')}/Messages.json",
+            provider=PROVIDER,
+            timeout=config.provider_timeout_seconds,
+            describe=describe_twilio_error,
+            error_code=twilio_error_code,  # a STOP (21610) goes on the suppression list
+            auth=(sid, config.twilio_auth_token),
+            data=data,
+            # Twilio drops a repeat of the same token, so a send retried after a lost answer is not doubled.
+            headers={"I-Twilio-Idempotency-Token": message.idempotency_key or message.notification_id},
+        )
         payload = json_object(response.text)
         message_sid = str(payload.get("sid", ""))
         return SendResult(
