@@ -38,7 +38,7 @@ from ..selectors import category_get, notification_get, recipient_and_category, 
 from ..sql import insert_or_nothing
 from .caps import recipient_cap_take
 from .consent import consent_at_accept
-from .content import notification_content
+from .content import requested_content
 from .digests import DigestRequest, digest_join, digest_member_cancel, digest_member_mark, digest_member_request
 from .outbox import notification_enqueued_state, notification_publish
 from .preferences import category_for_client
@@ -244,17 +244,8 @@ def notification_build(
                 extra={"field": "to"},
             )
         address = validate_address(request.channel, stored, field="to")
-    content = notification_content(
-        client=client,
-        recipient=recipient,
-        category=category,
-        user_id=request.user_id,
-        channel=request.channel,
-        message=request.message,
-        subject=request.subject,
-        template=request.template,
-        data=request.data,
-        locale=request.locale,
+    content = requested_content(
+        request, client=client, recipient=recipient, category=category, user_id=request.user_id, channel=request.channel
     )
     now = timezone.now()
     due_at = max(request.send_at, now) if request.send_at else now
@@ -334,17 +325,8 @@ def _notification_build_routed(
             extra={"field": "to"},
         )
     contents = {
-        channel: notification_content(
-            client=client,
-            recipient=recipient,
-            category=category,
-            user_id=request.user_id,
-            channel=channel,
-            message=request.message,
-            subject=request.subject,
-            template=request.template,
-            data=request.data,
-            locale=request.locale,
+        channel: requested_content(
+            request, client=client, recipient=recipient, category=category, user_id=request.user_id, channel=channel
         )
         for channel in request.channels
     }

@@ -47,7 +47,7 @@ from ..sql import insert_many_or_nothing, model_rows
 from .accept import AcceptResult, NotificationRequest, _idempotency_claim, idempotency_replay, notification_build
 from .caps import NO_SLOT, CapSlot, recipient_cap_take
 from .consent import consent_at_accept
-from .content import notification_content
+from .content import notification_content, requested_content
 from .outbox import notification_enqueued_state, notifications_publish
 from .preferences import category_for_client
 from .status_events import status_event_record
@@ -123,18 +123,7 @@ def broadcast_build(*, client: ApiClient, request: BroadcastRequest, idempotency
     category = category_for_client(client=client, key=request.category)
     channels = request.channels or (request.channel,)
     for channel in channels:
-        notification_content(
-            client=client,
-            recipient=None,
-            category=category,
-            user_id="",
-            channel=channel,
-            message=request.message,
-            subject=request.subject,
-            template=request.template,
-            data=request.data,
-            locale=request.locale,
-        )
+        requested_content(request, client=client, recipient=None, category=category, user_id="", channel=channel)
     now = timezone.now()
     return Broadcast(
         id=uuid.uuid4(),

@@ -4,7 +4,7 @@ the recipient's locale, and the unsubscribe link it carries."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..conf import get_config
 from ..errors import ValidationFailed
@@ -24,6 +24,40 @@ class NotificationContent:
     template_key: str = ""
     locale: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+
+
+class ContentRequest(Protocol):
+    """What a request asks to send: a notification's (accept.NotificationRequest) or a broadcast's."""
+
+    @property
+    def message(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def template(self) -> str: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def locale(self) -> str: ...
+
+
+def requested_content(
+    request: ContentRequest, *, client: ApiClient, recipient: Recipient | None, category: Category, user_id: str, channel: str
+) -> NotificationContent:
+    """notification_content of what ``request`` asks for (its message, or its template with data;
+    its subject and locale), on ``channel`` for ``user_id``."""
+    return notification_content(
+        client=client,
+        recipient=recipient,
+        category=category,
+        user_id=user_id,
+        channel=channel,
+        message=request.message,
+        subject=request.subject,
+        template=request.template,
+        data=request.data,
+        locale=request.locale,
+    )
 
 
 def notification_content(
