@@ -17,6 +17,7 @@ from django.contrib.admin.utils import flatten_fieldsets
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
@@ -55,6 +56,14 @@ def _as_uuid(term: str) -> uuid.UUID | None:
         return uuid.UUID(term.strip())
     except ValueError:
         return None
+
+
+def _notification_link(notification_id: Any, *, label: str = "") -> str:
+    """A link to the notification's admin page ("-" when there is none), showing ``label`` or its id."""
+    if notification_id is None:
+        return "-"
+    url = reverse("admin:notifications_notification_change", args=[notification_id])
+    return format_html('<a href="{}">{}</a>', url, label or str(notification_id))
 
 
 def _report(done: int, skipped: int, verb: str) -> str:

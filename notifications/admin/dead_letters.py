@@ -24,7 +24,7 @@ from django.views.decorators.http import require_POST
 
 from .. import services
 from ..models import DeadLetter, DeadLetterSource, Resolution
-from .base import ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
+from .base import ReadOnlyAdmin, _as_uuid, _notification_link, _pre, _pretty_json, _report
 
 # A bulk action's confirmation page lists this many rows and counts the rest.
 CONFIRMATION_LISTED = 100
@@ -117,13 +117,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     @admin.display(description="notification")
     def notification_link(self, obj: DeadLetter) -> str:
-        if obj.notification_id is None:
-            return "-"
-        return format_html(
-            '<a href="{}">{}</a>',
-            reverse("admin:notifications_notification_change", args=[obj.notification_id]),
-            obj.notification_id,
-        )
+        return _notification_link(obj.notification_id)
 
     @admin.display(description="last error")
     def last_error_pre(self, obj: DeadLetter) -> str:

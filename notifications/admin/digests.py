@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import reverse
-from django.utils.html import format_html
 
 from ..models import Digest, DigestStatus
-from .base import ReadOnlyAdmin, _pretty_json
+from .base import ReadOnlyAdmin, _notification_link, _pretty_json
 
 
 @admin.register(Digest)
@@ -28,8 +26,7 @@ class DigestAdmin(ReadOnlyAdmin):
     def sent_as(self, obj: Digest) -> str:
         if obj.notification_id is None:
             return "nothing sent" if obj.status == DigestStatus.EMPTY else "-"
-        url = reverse("admin:notifications_notification_change", args=[obj.notification_id])
-        return format_html('<a href="{}">{}</a>', url, str(obj.notification_id)[:8])
+        return _notification_link(obj.notification_id, label=str(obj.notification_id)[:8])
 
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: Digest) -> str:

@@ -8,12 +8,10 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
-from django.utils.html import format_html
 
 from .. import services
 from ..models import StatusEvent, StatusEventState
-from .base import LargeTablePaginator, ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
+from .base import LargeTablePaginator, ReadOnlyAdmin, _as_uuid, _notification_link, _pre, _pretty_json, _report
 
 SHOWN_FIELDS = (
     "id",
@@ -58,8 +56,7 @@ class StatusEventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="notification")
     def notification_link(self, event: StatusEvent) -> str:
-        url = reverse("admin:notifications_notification_change", args=[event.notification_id])
-        return format_html('<a href="{}">{}</a>', url, event.notification_id)
+        return _notification_link(event.notification_id)
 
     @admin.display(description="last error")
     def last_error_pre(self, event: StatusEvent) -> str:

@@ -8,12 +8,10 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
-from django.utils.html import format_html
 
 from .. import services
 from ..models import Suppression
-from .base import ReadOnlyAdmin
+from .base import ReadOnlyAdmin, _notification_link
 
 # Given to the support group by migration 0008, with view_suppression.
 DELETE_PERMISSION = "notifications.delete_suppression"
@@ -32,13 +30,7 @@ class SuppressionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="from notification")
     def notification_link(self, obj: Suppression) -> str:
-        if obj.notification_id is None:
-            return "-"
-        return format_html(
-            '<a href="{}">{}</a>',
-            reverse("admin:notifications_notification_change", args=[obj.notification_id]),
-            obj.notification_id,
-        )
+        return _notification_link(obj.notification_id)
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
         # Exact, on the indexed column: a LIKE scan of a long list is never what support needs.
