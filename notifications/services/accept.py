@@ -38,7 +38,7 @@ from ..selectors import category_get, notification_get, recipient_and_category, 
 from ..sql import insert_or_nothing
 from .caps import recipient_cap_take
 from .consent import consent_at_accept
-from .content import requested_content
+from .content import NotificationContent, requested_content
 from .digests import DigestRequest, digest_join, digest_member_cancel, digest_member_mark, digest_member_request
 from .outbox import notification_enqueued_state, notification_publish
 from .preferences import category_for_client
@@ -282,7 +282,7 @@ def _notification_new(
     category: Category,
     channel: str,
     address: str,
-    content: Any,
+    content: NotificationContent,
     now: Any,
     **decided: Any,
 ) -> Notification:
@@ -295,12 +295,7 @@ def _notification_new(
         user_id=request.user_id,
         channel=channel,
         address=address,
-        subject=content.subject,
-        message=content.message,
-        html_message=content.html_message,
-        headers=content.headers,
-        template_key=content.template_key,
-        locale=content.locale,
+        **content.notification_fields(),
         category=category,
         metadata=request.metadata,
         priority=request.priority,

@@ -466,12 +466,7 @@ class _NotificationBuilder:
             address=address,
             status=Status.ACCEPTED,
             next_attempt_at=consent.hold_until or self.now,
-            subject=content.subject,
-            message=content.message,
-            html_message=content.html_message,
-            headers=content.headers,
-            template_key=content.template_key,
-            locale=content.locale,
+            **content.notification_fields(),
         )
 
     def _address(self, recipient: Recipient) -> str:

@@ -25,6 +25,10 @@ class NotificationContent:
     locale: str = ""
     headers: dict[str, str] = field(default_factory=dict)
 
+    def notification_fields(self) -> dict[str, Any]:
+        """The content as the Notification fields of the same names, for building one."""
+        return {name: getattr(self, name) for name in ("subject", "message", "html_message", "template_key", "locale", "headers")}
+
 
 class ContentRequest(Protocol):
     """What a request asks to send: a notification's (accept.NotificationRequest) or a broadcast's."""
