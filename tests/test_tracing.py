@@ -123,6 +123,22 @@ def test_spans_are_exported_only_when_the_otel_variables_ask_for_it() -> None:
         assert tracing._span_exporter() is None
 
 
+def test_spans_have_ids_always_and_are_recorded_once_something_processes_them() -> None:
+    provider = tracing.tracer_provider()
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("unprocessed") as span:
+        # Nothing would receive it: ids for the notification and the log lines, nothing kept.
+        assert not span.is_recording() and span.get_span_context().is_valid
+        assert tracing.current_trace_id() == format(span.get_span_context().trace_id, "032x")
+        with tracer.start_as_current_span("child") as child:
+            assert child.get_span_context().trace_id == span.get_span_context().trace_id
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with tracer.start_as_current_span("processed", attributes={"notification.id": "n1"}) as span:
+        assert span.is_recording()
+    assert [(s.name, dict(s.attributes or {})) for s in exporter.get_finished_spans()] == [("processed", {"notification.id": "n1"})]
+
+
 INSTRUMENTED = (
     "from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor as P;"
     "from opentelemetry.instrumentation.redis import RedisInstrumentor as R;"

@@ -14,19 +14,23 @@ from ..conf import get_config, redis_client
 from ..degraded import RedisOutage
 from ..models import ApiClient, hash_token
 from ..token_cache import known_tokens
+from .window_blocks import address_checks, block_for, window_blocks
 
-# Where FailedAuthenticationThrottle.allow_known leaves the client's request count it took along.
-COUNTED_ATTRIBUTE = "_api_client_window_count"
+# Where FailedAuthenticationThrottle.allow_known leaves its decision on the client's window, with
+# the window's key: (key, allowed).
+COUNTED_ATTRIBUTE = "_api_client_window_counted"
 
 # A known token's request: its address's failures (KEYS[1], read; at ARGV[2] or more it is refused
-# and not counted) and its client's count in the current window (KEYS[2], counted, expiring after
-# ARGV[1] s), in one command. One EVALSHA costs the web less than a pipeline of three commands,
-# whose packing and parsing were most of it.
+# and nothing is counted) and a block of ARGV[3] slots of its client's current window (KEYS[2],
+# added, expiring after ARGV[1] s; 0 takes none), in one command. One EVALSHA costs the web less
+# than a pipeline of three commands, whose packing and parsing were most of it.
 _KNOWN_TOKEN_SCRIPT = """
 local failed = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if failed >= tonumber(ARGV[2]) then return {failed, 0} end
-local count = redis.call('INCR', KEYS[2])
-if count == 1 then redis.call('EXPIRE', KEYS[2], ARGV[1]) end
+local block = tonumber(ARGV[3])
+if block == 0 then return {failed, 0} end
+local count = redis.call('INCRBY', KEYS[2], block)
+if count == block then redis.call('EXPIRE', KEYS[2], ARGV[1]) end
 return {failed, count}
 """
 _scripts: dict[int, Any] = {}
@@ -119,7 +123,7 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
         self._fixed_window = True
         counted = getattr(request, COUNTED_ATTRIBUTE, None)
         if counted is not None and counted[0] == self.window_key(request.user.pk, self.now):
-            return int(counted[1]) <= self.num_requests  # counted with the authentication's round trip
+            return bool(counted[1])  # counted by the authentication (allow_known)
 
         def count() -> bool:
             pipeline = redis.pipeline(transaction=False)
@@ -185,6 +189,8 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
         self._taken = False
 
         def take() -> bool:
+            # A failure counted here is seen by this process's next known-token request at once.
+            address_checks.forget((id(redis_client()), cache.make_key(self.key)))
             try:
                 count = self.cache.incr(self.key)
             except ValueError:  # the window's first attempt; add is SET NX, so one of a race wins
@@ -195,10 +201,11 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
         return self.outage.call(take, fallback=lambda: True)
 
     def allow_known(self, request: Request, *, client: ApiClient) -> bool:
-        """For a token known good: only whether the address is past its limit (one GET; nothing
-        is taken, as a good token would give it back at once). In the same round trip, the
-        client's request is counted for ApiClientRateThrottle, which finds the count on the
-        request (COUNTED_ATTRIBUTE) instead of asking Redis again."""
+        """For a token known good: only whether the address is past its limit (nothing is taken,
+        as a good token would give it back at once). The client's request is counted here for
+        ApiClientRateThrottle, which finds the decision on the request (COUNTED_ATTRIBUTE). Both
+        usually without Redis: a slot of a block this process holds, and an address checked
+        moments ago (window_blocks.py); else in one round trip."""
         self.now = self.timer()
         self.key = self.get_cache_key(request, None)
         redis = redis_client()
@@ -206,14 +213,27 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
         if redis is None or throttle.rate is None:
             return self.outage.call(lambda: int(self.cache.get(self.key) or 0) < self.num_requests, fallback=lambda: True)
 
-        window = throttle.window_key(client.pk, self.now)
+        window_key, failures_key = throttle.window_key(client.pk, self.now), cache.make_key(self.key)
+        # The rate is in the key: a block taken under another rate is not handed out under this one.
+        window, address = (id(redis), window_key, throttle.num_requests), (id(redis), failures_key)
+        held = window_blocks.take(window)
+        if held and address_checks.fresh(address):
+            setattr(request, COUNTED_ATTRIBUTE, (window_key, True))
+            return True
+        block = 0 if held else block_for(throttle.num_requests)
 
         def check() -> bool:
             failed, count = _known_token_script(redis)(
-                keys=[cache.make_key(self.key), window], args=[throttle.duration + 1, self.num_requests], client=redis
+                keys=[failures_key, window_key], args=[throttle.duration + 1, self.num_requests, block], client=redis
             )
-            setattr(request, COUNTED_ATTRIBUTE, (window, count))
-            return int(failed) < self.num_requests
+            if int(failed) >= self.num_requests:
+                if held:
+                    window_blocks.give_back(window)
+                return False
+            address_checks.mark(address)
+            allowed = held or window_blocks.granted(window, block=block, count=int(count), rate=throttle.num_requests)
+            setattr(request, COUNTED_ATTRIBUTE, (window_key, allowed))
+            return True
 
         return self.outage.call(check, fallback=lambda: True)
 
