@@ -136,7 +136,9 @@ def test_spans_have_ids_always_and_are_recorded_once_something_processes_them() 
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with tracer.start_as_current_span("processed", attributes={"notification.id": "n1"}) as span:
         assert span.is_recording()
-    assert [(s.name, dict(s.attributes or {})) for s in exporter.get_finished_spans()] == [("processed", {"notification.id": "n1"})]
+    assert [(s.name, dict(s.attributes or {})) for s in exporter.get_finished_spans()] == [
+        ("processed", {"notification.id": "n1"})
+    ]
 
 
 INSTRUMENTED = (

@@ -220,22 +220,29 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
         if held and address_checks.fresh(address):
             setattr(request, COUNTED_ATTRIBUTE, (window_key, True))
             return True
-        block = 0 if held else block_for(throttle.num_requests)
+        block = 0 if held else window_blocks.block_to_fetch(window, block_for(throttle.num_requests))
+        failures_seen = address_checks.failures_seen(address)
 
         def check() -> bool:
-            failed, count = _known_token_script(redis)(
-                keys=[failures_key, window_key], args=[throttle.duration + 1, self.num_requests, block], client=redis
-            )
-            if int(failed) >= self.num_requests:
-                if held:
-                    window_blocks.give_back(window)
-                return False
-            address_checks.mark(address)
-            allowed = held or window_blocks.granted(window, block=block, count=int(count), rate=throttle.num_requests)
+            count: int | None = None  # the shared count after this block; None: nothing was added
+            try:
+                failed, added = _known_token_script(redis)(
+                    keys=[failures_key, window_key], args=[throttle.duration + 1, self.num_requests, block], client=redis
+                )
+                if int(failed) >= self.num_requests:
+                    return False
+                count = int(added)
+            finally:  # also when the script failed: the block is no longer being fetched
+                allowed = held or window_blocks.fetched(window, block=block, count=count, rate=throttle.num_requests)
+            address_checks.mark(address, failures_seen=failures_seen)
             setattr(request, COUNTED_ATTRIBUTE, (window_key, allowed))
             return True
 
-        return self.outage.call(check, fallback=lambda: True)
+        try:
+            return self.outage.call(check, fallback=lambda: True)
+        finally:
+            if held and not hasattr(request, COUNTED_ATTRIBUTE):
+                window_blocks.give_back(window)  # refused, or Redis failed: the slot was not used
 
     def give_back(self) -> None:
         """The attempt did not fail (a good token): it takes no slot."""
