@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import dramatiq
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
+from dramatiq.middleware import CurrentMessage
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer("notifications")
 TRACE_OPTION = "trace_context"  # a message option: the W3C trace context of its sender
+# A message option of a message whose ids came from separate requests (a group commit): the W3C
+# trace context of each id's request, {notification id: context}. Each notification's send and
+# delivered line belong to its own request's trace; the message's consumer span links to them.
+TRACES_OPTION = "trace_contexts"
 # Probes and scrapes would be most of the spans and tell nothing.
 EXCLUDED_URLS = "healthz,readyz,metrics"
 _configured = False
@@ -204,16 +209,29 @@ def current_trace_id() -> str:
     return format(span_context.trace_id, "032x") if span_context.is_valid else ""
 
 
+def notification_context(notification_id: str) -> otel_context.Context | None:
+    """The trace context of the request that accepted ``notification_id`` when the message in hand
+    carries one per id (TRACES_OPTION); None: the current one (the message's own trace)."""
+    message = CurrentMessage.get_current_message()
+    carriers = message.options.get(TRACES_OPTION) if message is not None else None
+    carrier = carriers.get(notification_id) if carriers else None
+    return propagate.extract(carrier) if carrier else None
+
+
 @contextlib.contextmanager
 def provider_span(notification: Notification, attempt_number: int) -> Iterator[Span]:
+    own = notification_context(str(notification.pk))
     with tracer.start_as_current_span(
         f"notification.send_{notification.channel}",
+        context=own,  # None: a child of the message's consumer span
         kind=SpanKind.CLIENT,
         attributes={
             "notification.id": str(notification.pk),
             "notification.channel": notification.channel,
             "notification.attempt": attempt_number,
         },
+        # In its request's trace, the send still points at the message that carried it.
+        links=[Link(trace.get_current_span().get_span_context())] if own is not None else None,
     ) as span:
         yield span
 
@@ -238,9 +256,15 @@ class TraceContextMiddleware(dramatiq.Middleware):
 
     def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
         parent = propagate.extract(message.options.get(TRACE_OPTION) or {})
+        # A message of ids from separate requests has no trace of its own: it links to theirs.
+        links = [
+            Link(trace.get_current_span(propagate.extract(carrier)).get_span_context())
+            for carrier in (message.options.get(TRACES_OPTION) or {}).values()
+        ]
         span = tracer.start_span(
             "notification.deliver",
             context=parent,
+            links=links,
             kind=SpanKind.CONSUMER,
             attributes={
                 "messaging.system": "rabbitmq",

@@ -8,6 +8,8 @@ until the others are queued behind it; they then form the next group."""
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,10 +23,11 @@ from rest_framework.test import APIClient
 from notifications.conf import HIGH_QUEUE
 from notifications.models import IdempotencyKey, Notification, Status
 from notifications.services import accept_group
+from notifications.tracing import TRACE_OPTION, TRACES_OPTION
 
 from .factories import make_api_client, make_template
 from .helpers import wait_until
-from .test_tracing import spans  # noqa: F401  (fixture)
+from .test_tracing import json_log, spans  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,8 +113,10 @@ def test_concurrent_accepts_are_written_as_one_group_each_with_its_own_answer_an
             True,
         )
         assert IdempotencyKey.objects.get(key=f"g-{n}").response_body == responses[n].json()
-    # One message per notification (each carries its own request's trace), published together.
-    assert sorted(m.args[0] for m in drain(broker, HIGH_QUEUE)) == sorted(ids)
+    # One message for the first, one for the five of the group: each id in one, published together.
+    messages = drain(broker, HIGH_QUEUE)
+    assert sorted(len(m.args) for m in messages) == [1, 5]
+    assert sorted(pk for m in messages for pk in m.args) == sorted(ids)
 
 
 def test_the_same_key_twice_in_one_group_makes_one_notification_and_the_second_replays(
@@ -228,9 +233,55 @@ def test_each_request_of_a_group_keeps_its_own_trace_to_its_message(
     }
     # Four requests, four traces; each notification carries its own request's, not its leader's.
     assert {n.trace_id for n in notifications.values()} == request_traces and len(request_traces) == 4
+    carried = {}
     for message in drain(broker, HIGH_QUEUE):
-        traceparent = message.options["trace_context"]["traceparent"]
-        assert traceparent.split("-")[1] == notifications[message.args[0]].trace_id
+        if len(message.args) == 1:  # the first, alone: its message is in its trace
+            carried[message.args[0]] = message.options[TRACE_OPTION]["traceparent"]
+        else:  # the group's: no trace of its own (not its leader's), each id's request's
+            assert message.options[TRACE_OPTION] == {}
+            carried.update({pk: carrier["traceparent"] for pk, carrier in message.options[TRACES_OPTION].items()})
+    assert {pk: traceparent.split("-")[1] for pk, traceparent in carried.items()} == {
+        pk: n.trace_id for pk, n in notifications.items()
+    }
+
+
+def test_each_notification_of_a_group_is_sent_and_logged_in_its_own_requests_trace(
+    groups: tuple[list[int], Callable[[int], None]],
+    worker: dramatiq.Worker,
+    spans: Any,  # noqa: F811
+    json_log: io.StringIO,  # noqa: F811
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    hold(3)
+    responses = post_together(token, [(f"s-{n}", body(n)) for n in range(4)])
+    assert [r.status_code for r in responses] == [202] * 4 and sorted(sizes) == [1, 3]
+    ids = {r.json()["id"] for r in responses}
+
+    def sends() -> list[Any]:
+        return [s for s in spans.get_finished_spans() if s.name == "notification.send_email"]
+
+    def delivers() -> list[Any]:
+        return [s for s in spans.get_finished_spans() if s.name == "notification.deliver"]
+
+    # Both messages processed to the end (their consumer spans end after the deliveries are recorded).
+    wait_until(lambda: len(sends()) == 4 and len(delivers()) == 2, timeout=20, message="four sends, two messages")
+    notifications = {str(n.pk): n for n in Notification.objects.filter(pk__in=ids)}
+    assert {n.status for n in notifications.values()} == {Status.DELIVERED}
+    by_id = {send.attributes["notification.id"]: send for send in sends()}
+    assert {pk: format(send.context.trace_id, "032x") for pk, send in by_id.items()} == {
+        pk: n.trace_id for pk, n in notifications.items()
+    }
+    assert len({n.trace_id for n in notifications.values()}) == 4
+    # The group's message is delivered under one consumer span, which links to the three traces;
+    # each send of it links back to that span.
+    (group_deliver,) = [d for d in delivers() if len(d.links) == 3]
+    assert {format(link.context.trace_id, "032x") for link in group_deliver.links} < {n.trace_id for n in notifications.values()}
+    grouped = [send for send in by_id.values() if send.links]
+    assert len(grouped) == 3 and all(send.links[0].context.span_id == group_deliver.context.span_id for send in grouped)
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    delivered = {line["notification_id"]: line["otelTraceID"] for line in lines if line["message"].startswith("delivered")}
+    assert delivered == {pk: n.trace_id for pk, n in notifications.items()}
 
 
 def test_a_group_whose_write_fails_as_a_whole_is_accepted_request_by_request(

@@ -287,21 +287,27 @@ def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
         status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
     outcomes: dict[str, DeliveryOutcome] = {}
     for item in sent:
-        notification, pk = item.notification, str(item.notification.pk)
-        metrics.record_attempt(
-            channel=notification.channel, outcome=AttemptOutcome.DELIVERED, seconds=item.seconds, account=item.attempt.account
-        )
-        if pk in lost:
-            # The provider took it, but only after the sweeper had given this send up for lost:
-            # the attempt says delivered, the notification follows its newer claim (it may go twice).
-            logger.warning(
-                "notification %s was delivered after its claim was recovered; it may be sent again",
-                pk,
-                extra={"notification_id": pk},
-            )
-            outcomes[pk] = DeliveryOutcome("skipped", item.attempt.number)
-            continue
-        metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
-        logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
-        outcomes[pk] = DeliveryOutcome("delivered", item.attempt.number)
+        pk = str(item.notification.pk)
+        with tracing.context_attached(tracing.notification_context(pk)):  # its line in its own trace
+            outcomes[pk] = _delivery_recorded(item, lost=pk in lost)
     return outcomes
+
+
+def _delivery_recorded(item: _Sent, *, lost: bool) -> DeliveryOutcome:
+    """The metrics and log line of one delivery recorded by _deliveries_record, and its outcome."""
+    notification, pk = item.notification, str(item.notification.pk)
+    metrics.record_attempt(
+        channel=notification.channel, outcome=AttemptOutcome.DELIVERED, seconds=item.seconds, account=item.attempt.account
+    )
+    if lost:
+        # The provider took it, but only after the sweeper had given this send up for lost:
+        # the attempt says delivered, the notification follows its newer claim (it may go twice).
+        logger.warning(
+            "notification %s was delivered after its claim was recovered; it may be sent again",
+            pk,
+            extra={"notification_id": pk},
+        )
+        return DeliveryOutcome("skipped", item.attempt.number)
+    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
+    logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
+    return DeliveryOutcome("delivered", item.attempt.number)

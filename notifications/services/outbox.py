@@ -29,18 +29,17 @@ def delivery_message_send(
     actors). Ids sent together travel together: DELIVERY_BATCH_SIZE to a message, so a worker
     claims and records them in one statement each; several messages go in one AMQP transaction.
     With ``carriers`` (id -> trace context) the ids came from separate requests (a group commit):
-    each goes in a message of its own carrying its request's trace, still in one transaction."""
+    a message carries each id's request's trace (tracing.TRACES_OPTION) and none of its own."""
     broker = dramatiq.get_broker()
+    size = get_config().delivery_batch_size
+    messages = [
+        delivery_message(notification_ids=notification_ids[start : start + size], priority=priority)
+        for start in range(0, len(notification_ids), size)
+    ]
     if carriers is not None:
-        messages = [delivery_message(notification_ids=[pk], priority=priority) for pk in notification_ids]
         for message in messages:
-            message.options[tracing.TRACE_OPTION] = carriers[message.args[0]]
-    else:
-        size = get_config().delivery_batch_size
-        messages = [
-            delivery_message(notification_ids=notification_ids[start : start + size], priority=priority)
-            for start in range(0, len(notification_ids), size)
-        ]
+            message.options[tracing.TRACE_OPTION] = {}  # not the leader's: before_enqueue would add it
+            message.options[tracing.TRACES_OPTION] = {pk: carriers[pk] for pk in message.args}
     delay_ms = int(delay_seconds * 1000) or None
     if len(messages) > 1 and delay_ms is None:
         messages_publish(broker, messages)
