@@ -105,10 +105,14 @@ class _RecordedWhenProcessed(Sampler):
         links: Sequence[Link] | None = None,
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
-        if self._processors.processed:
+        if self.processed:
             return self._configured.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
         parent_state = trace.get_current_span(parent_context).get_span_context().trace_state
         return SamplingResult(Decision.DROP, trace_state=parent_state)
+
+    @property
+    def processed(self) -> bool:
+        return self._processors.processed
 
     def get_description(self) -> str:
         return f"RecordedWhenProcessed{{{self._configured.get_description()}}}"
@@ -138,7 +142,12 @@ def _instrument_libraries(*, client_calls: bool) -> None:
     see costs about a tenth of a delivery's CPU."""
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-    DjangoInstrumentor().instrument(excluded_urls=EXCLUDED_URLS, middleware_position=_django_middleware_position())
+    instrumentor = DjangoInstrumentor()
+    instrumentor.instrument(excluded_urls=EXCLUDED_URLS, middleware_position=_django_middleware_position())
+    # Its middleware, behind ours: called only while spans are recorded (RequestSpanMiddleware).
+    settings.MIDDLEWARE = [
+        REQUEST_SPAN_MIDDLEWARE if path == instrumentor._opentelemetry_middleware else path for path in settings.MIDDLEWARE
+    ]
     if not client_calls:
         return
     for module, name in (
@@ -155,6 +164,7 @@ def _instrument_libraries(*, client_calls: bool) -> None:
 
 
 REQUEST_TARGET_MIDDLEWARE = "notifications.tracing.RequestTargetMiddleware"
+REQUEST_SPAN_MIDDLEWARE = "notifications.tracing.RequestSpanMiddleware"
 
 
 def _django_middleware_position() -> int:
@@ -181,6 +191,50 @@ class RequestTargetMiddleware:
         if "RAW_URI" not in request.META and "REQUEST_URI" not in request.META:
             request.META["REQUEST_URI"] = request.get_full_path()
         return self.get_response(request)
+
+
+def spans_recorded() -> bool:
+    """Whether the process's spans are recorded: False only under our provider with nothing to
+    process them (_RecordedWhenProcessed); another provider is trusted to want them."""
+    sampler = getattr(trace.get_tracer_provider(), "sampler", None)
+    return not isinstance(sampler, _RecordedWhenProcessed) or sampler.processed
+
+
+class RequestSpanMiddleware:
+    """The request's server span: OpenTelemetry's Django middleware while spans are recorded,
+    else only the span itself, for its ids.
+
+    Unrecorded, OpenTelemetry's middleware still resolves the URL a second time for the span's
+    name, gathers a dozen request attributes and times the request for metrics nobody reads:
+    about a twentieth of an accept's web CPU (``make bench`` profile). The span it would make is
+    the same non-recording one: the caller's traceparent continued, or a new trace, current while
+    the view runs, so the notification and the log lines carry its ids, and the message its
+    context. Switches to the full middleware as soon as something processes spans (a test's
+    collector added at run time, say).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
+
+        self.get_response = get_response
+        self._instrumented = _DjangoMiddleware(get_response)
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        if spans_recorded():
+            return self._instrumented(request)  # type: ignore[no-any-return]
+        if self._instrumented._excluded_urls.url_disabled(request.build_absolute_uri("?")):
+            return self.get_response(request)
+        from opentelemetry.instrumentation.wsgi import wsgi_getter
+
+        # As OpenTelemetry's: the caller's trace, unless a span is current already (then its child).
+        outermost = trace.get_current_span() is trace.INVALID_SPAN
+        parent = propagate.extract(request.META, getter=wsgi_getter) if outermost else None
+        kind = SpanKind.SERVER if outermost else SpanKind.INTERNAL
+        with tracer.start_as_current_span(request.method or "HTTP", context=parent, kind=kind):
+            return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        self._instrumented.process_exception(request, exception)
 
 
 @contextlib.contextmanager

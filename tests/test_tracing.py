@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dramatiq
 import pytest
+import requests
 from django.test import override_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -25,9 +26,10 @@ from rest_framework.test import APIClient
 
 from notifications import tracing
 from notifications.logging import JsonFormatter
-from notifications.models import Notification, Status
+from notifications.models import ApiClient, Notification, Status
 
 from .helpers import ROOT, PlatformProcess, platform_env, wait_until
+from .live_servers import gunicorn_server
 from .test_delivery_pipeline import SmtpServer, pipeline_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -114,6 +116,34 @@ def test_log_lines_outside_a_span_are_json_without_trace_ids(json_log: io.String
     assert "otelTraceID" not in line and "otelSpanID" not in line
 
 
+NO_EXPORT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "", "OTEL_TRACES_EXPORTER": ""}
+
+
+def test_a_web_process_that_exports_nothing_still_continues_the_callers_trace(
+    client_and_token: tuple[ApiClient, str],
+) -> None:
+    # Unrecorded, the request's span is ours (tracing.RequestSpanMiddleware), not OpenTelemetry's
+    # middleware: it must still continue a traceparent, and start a new trace without one.
+    caller_trace = "0af7651916cd43dd8448eb211c80319c"
+    with gunicorn_server(**NO_EXPORT) as server:
+
+        def accepted(**headers: str) -> Notification:
+            response = requests.post(
+                server.url("/api/v1/notifications"),
+                json={"user_id": "u1", "to": "ann@example.com", "message": "hi"},
+                headers={"Authorization": f"Bearer {client_and_token[1]}", **headers},
+                timeout=30,
+            )
+            assert response.status_code == 202, response.text
+            return Notification.objects.get(pk=response.json()["id"])
+
+        continued = accepted(traceparent=f"00-{caller_trace}-b7ad6b7169203331-01")
+        first, second = accepted(), accepted()
+    assert continued.trace_id == caller_trace
+    assert len({first.trace_id, second.trace_id, caller_trace}) == 3
+    assert all(len(n.trace_id) == 32 and int(n.trace_id, 16) for n in (first, second))
+
+
 def test_spans_are_exported_only_when_the_otel_variables_ask_for_it() -> None:
     with override_settings(OTEL_EXPORTER_OTLP_ENDPOINT="", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="", OTEL_TRACES_EXPORTER=""):
         assert tracing._span_exporter() is None
@@ -179,9 +209,8 @@ def test_a_real_worker_process_logs_json_lines_with_the_trace_and_notification_i
     # settings' LOGGING (JSON) on its own; an in-process worker would not show that.
     smtp = SmtpServer()
     # And with no OTEL_* exporter variables: spans are made but nothing is exported or complained about.
-    no_export = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "", "OTEL_TRACES_EXPORTER": ""}
     worker = PlatformProcess(
-        "rundramatiq", "--processes", "1", "--threads", "1", env=pipeline_env(smtp, LOG_FORMAT="json", **no_export)
+        "rundramatiq", "--processes", "1", "--threads", "1", env=pipeline_env(smtp, LOG_FORMAT="json", **NO_EXPORT)
     )
     try:
         body = "a private message body"
