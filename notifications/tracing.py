@@ -215,20 +215,20 @@ class RequestSpanMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
+        from opentelemetry.instrumentation.wsgi import wsgi_getter
 
         self.get_response = get_response
         self._instrumented = _DjangoMiddleware(get_response)
+        self._headers = wsgi_getter  # reads a traceparent header from the WSGI environ (request.META)
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if spans_recorded():
             return self._instrumented(request)  # type: ignore[no-any-return]
         if self._instrumented._excluded_urls.url_disabled(request.build_absolute_uri("?")):
             return self.get_response(request)
-        from opentelemetry.instrumentation.wsgi import wsgi_getter
-
         # As OpenTelemetry's: the caller's trace, unless a span is current already (then its child).
         outermost = trace.get_current_span() is trace.INVALID_SPAN
-        parent = propagate.extract(request.META, getter=wsgi_getter) if outermost else None
+        parent = propagate.extract(request.META, getter=self._headers) if outermost else None
         kind = SpanKind.SERVER if outermost else SpanKind.INTERNAL
         with tracer.start_as_current_span(request.method or "HTTP", context=parent, kind=kind):
             return self.get_response(request)
