@@ -121,24 +121,48 @@ def _insert_select(model: type[models.Model], rows: list[dict[str, Any]]) -> tup
     column by column to the table's types (a JSON null is NULL; a jsonb column takes the nested
     value as it is). One ``json.dumps`` instead of an array per column, each element adapted and
     quoted into the statement by psycopg (most of the web's time writing a group of accepts); and
-    the statement's text depends only on the columns."""
-    meta = model._meta
-    fields = {str(field.column): field for field in meta.concrete_fields}
-    columns = list(rows[0])
-    types = _db_types(model)
-    quote = connection.ops.quote_name
-    plain = [(column, fields[column]) for column in columns if not isinstance(fields[column], models.JSONField)]
-    nested = [column for column in columns if isinstance(fields[column], models.JSONField)]
+    the statement's text depends only on the columns, so it is made once per set of columns."""
+    sql, shape = _insert_select_shape(model, tuple(rows[0]))
     records = []
     for row in rows:
-        record = {column: field.get_prep_value(row[column]) for column, field in plain}
-        record.update((column, row[column]) for column in nested)
+        record = {}
+        for column, field, kind in shape:
+            value = row[column]
+            if kind is _NESTED or value is None or isinstance(value, _AS_IS):
+                record[column] = value
+            elif kind is _DATETIME and isinstance(value, datetime.datetime) and value.tzinfo is not None:
+                record[column] = value.isoformat()  # what get_prep_value then _json_scalar make of it
+            else:
+                record[column] = field.get_prep_value(value)
         records.append(record)
-    payload = json.dumps(records, default=_json_scalar, ensure_ascii=False, separators=(",", ":"))
+    return sql, [json.dumps(records, default=_json_scalar, ensure_ascii=False, separators=(",", ":"))]
+
+
+# Values a field's get_prep_value gives back as they are, and JSON says as they are (a str or int
+# subclass, like a TextChoices member, is written as its value): most of a row. Calling the
+# field's get_prep_value on each of a row's thirty values was most of the time building a group.
+_AS_IS = (str, int, float)
+_NESTED, _DATETIME, _OTHER = "nested", "datetime", "other"
+
+
+@functools.cache
+def _insert_select_shape(model: type[models.Model], columns: tuple[str, ...]) -> tuple[str, list[tuple[str, Any, str]]]:
+    """The statement of _insert_select for ``columns``, and each column's field and kind."""
+    meta = model._meta
+    fields = {str(field.column): field for field in meta.concrete_fields}
+    types = _db_types(model)
+    quote = connection.ops.quote_name
+    shape = []
+    for column in columns:
+        field = fields[column]
+        kind = (
+            _NESTED if isinstance(field, models.JSONField) else _DATETIME if isinstance(field, models.DateTimeField) else _OTHER
+        )
+        shape.append((column, field, kind))
     names = ", ".join(quote(column) for column in columns)
     definitions = ", ".join(f"{quote(column)} {types[column]}" for column in columns)
     sql = f"INSERT INTO {quote(meta.db_table)} ({names}) SELECT {names} FROM jsonb_to_recordset(%s::jsonb) AS u({definitions})"
-    return sql, [payload]
+    return sql, shape
 
 
 def _json_scalar(value: Any) -> Any:

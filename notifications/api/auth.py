@@ -17,7 +17,7 @@ from ..token_cache import known_tokens
 from .window_blocks import address_checks, block_for, window_blocks
 
 # Where FailedAuthenticationThrottle.allow_known leaves its decision on the client's window, with
-# the window's key: (key, allowed).
+# the window (ApiClientRateThrottle.window): (window, allowed).
 COUNTED_ATTRIBUTE = "_api_client_window_counted"
 
 # A known token's request: its address's failures (KEYS[1], read; at ARGV[2] or more it is refused
@@ -113,6 +113,12 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
     duration: int
 
     def allow_request(self, request: Request, view: Any) -> bool:
+        counted = getattr(request, COUNTED_ATTRIBUTE, None)
+        if counted is not None and self.rate is not None:
+            self.now = self.timer()
+            if counted[0] == self.window(request.user.pk, self.now):
+                self._fixed_window = True
+                return bool(counted[1])  # counted by the authentication (allow_known)
         redis = redis_client()
         if redis is None:
             return bool(super().allow_request(request, view))
@@ -121,9 +127,6 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
             return True
         self.now = self.timer()
         self._fixed_window = True
-        counted = getattr(request, COUNTED_ATTRIBUTE, None)
-        if counted is not None and counted[0] == self.window_key(request.user.pk, self.now):
-            return bool(counted[1])  # counted by the authentication (allow_known)
 
         def count() -> bool:
             pipeline = redis.pipeline(transaction=False)
@@ -131,6 +134,10 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
             return int(pipeline.execute()[0]) <= self.num_requests
 
         return self.outage.call(count, fallback=lambda: True)
+
+    def window(self, client_pk: Any, now: float) -> tuple[Any, int, int]:
+        """Which window of the client's ``now`` is in, at this rate."""
+        return client_pk, self.num_requests, int(now // self.duration)
 
     def window_key(self, client_pk: Any, now: float) -> str:
         """The cache key counting the client's requests in the window of ``now``."""
@@ -190,7 +197,7 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
 
         def take() -> bool:
             # A failure counted here is seen by this process's next known-token request at once.
-            address_checks.forget((id(redis_client()), cache.make_key(self.key)))
+            address_checks.forget((id(redis_client()), self.key))
             try:
                 count = self.cache.incr(self.key)
             except ValueError:  # the window's first attempt; add is SET NX, so one of a race wins
@@ -213,13 +220,16 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
         if redis is None or throttle.rate is None:
             return self.outage.call(lambda: int(self.cache.get(self.key) or 0) < self.num_requests, fallback=lambda: True)
 
-        window_key, failures_key = throttle.window_key(client.pk, self.now), cache.make_key(self.key)
-        # The rate is in the key: a block taken under another rate is not handed out under this one.
-        window, address = (id(redis), window_key, throttle.num_requests), (id(redis), failures_key)
+        # By Redis client (a cache of its own) and the window and rate, not by the Redis keys, which
+        # are made only when Redis is called: a block taken under another rate is not handed out
+        # under this one.
+        counted = throttle.window(client.pk, self.now)
+        window, address = (id(redis), counted), (id(redis), self.key)
         held = window_blocks.take(window)
         if held and address_checks.fresh(address):
-            setattr(request, COUNTED_ATTRIBUTE, (window_key, True))
+            setattr(request, COUNTED_ATTRIBUTE, (counted, True))
             return True
+        window_key, failures_key = throttle.window_key(client.pk, self.now), cache.make_key(self.key)
         block = 0 if held else window_blocks.block_to_fetch(window, block_for(throttle.num_requests))
         failures_seen = address_checks.failures_seen(address)
 
@@ -235,7 +245,7 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
             finally:  # also when the script failed: the block is no longer being fetched
                 allowed = held or window_blocks.fetched(window, block=block, count=count, rate=throttle.num_requests)
             address_checks.mark(address, failures_seen=failures_seen)
-            setattr(request, COUNTED_ATTRIBUTE, (window_key, allowed))
+            setattr(request, COUNTED_ATTRIBUTE, (counted, allowed))
             return True
 
         try:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from typing import Any
 
 from django.utils.functional import cached_property
 from rest_framework import serializers
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from ..locales import LOCALE_PATTERN, MAX_LOCALE_LENGTH
 
@@ -27,6 +29,8 @@ def metadata_problem(metadata: dict[str, Any], name: str = "metadata") -> str | 
     large for a float, like 1e999, parses to); each was a 500 from the INSERT. The walk is iterative
     and bounded in depth and in steps, so a hostile body costs little and never recurses.
     """
+    if not metadata:
+        return None  # most requests: nothing to walk, and "{}" is two bytes
     pending: list[tuple[Any, int]] = [(metadata, 1)]
     steps = 0
     while pending:
@@ -57,9 +61,36 @@ def metadata_problem(metadata: dict[str, Any], name: str = "metadata") -> str | 
     return None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _SurrogateCharacters(ProhibitSurrogateCharactersValidator):
+    """DRF's check, its message and code, without its loop over every character in Python (a
+    10 KB message was ten thousand steps): an ASCII string has none, else one regex search."""
+
+    def __call__(self, value: Any) -> None:
+        text = str(value)
+        if text.isascii():
+            return
+        found = _SURROGATE.search(text)
+        if found is not None:
+            raise serializers.ValidationError(self.message.format(code_point=ord(found.group())), code=self.code)
+
+
+def _with_our_surrogate_check(field: serializers.Field) -> None:  # type: ignore[type-arg]
+    field.validators = [
+        _SurrogateCharacters() if type(validator) is ProhibitSurrogateCharactersValidator else validator
+        for validator in field.validators
+    ]
+
+
 class StrictStringMixin:
     """JSON strings only: DRF reads 0 or 1.5 as "0" and "1.5", so a client's type bug passed unseen
     (and the schema, which says string, was not what the API did)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _with_our_surrogate_check(self)  # type: ignore[arg-type]
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, str):
@@ -119,15 +150,39 @@ class ReusedFields:
 
     @cached_property
     def fields(self) -> Any:
-        made: dict[type, Any] = _bound_fields.__dict__.setdefault("by_class", {})
-        fields = made.get(type(self))
-        if fields is None:
-            fields = made[type(self)] = serializers.Serializer.fields.func(self)  # type: ignore[attr-defined]
-        else:
-            fields.serializer = self
-            for field in fields.values():
-                field.parent = self
-        return fields
+        bound = _bound_fields.__dict__.setdefault("by_class", {}).get(type(self))
+        if bound is None:
+            fields = serializers.Serializer.fields.func(self)  # type: ignore[attr-defined]
+            _bound_fields.by_class[type(self)] = _Bound(fields)
+            return fields
+        bound.fields.serializer = self
+        for field in bound.listed:
+            field.parent = self
+        return bound.fields
+
+    # DRF's own walk the fields' mapping through collections.abc on every validation; these read
+    # the lists made with the fields. (Both as DRF has them: the fields the request may set, and
+    # the read-only ones with a default, which no reused serializer has.)
+    @property
+    def _writable_fields(self) -> list[Any]:
+        self.fields  # noqa: B018 - bound to this serializer
+        return list(_bound_fields.by_class[type(self)].writable)
+
+    def _read_only_defaults(self) -> dict[str, Any]:
+        self.fields  # noqa: B018 - bound to this serializer
+        if _bound_fields.by_class[type(self)].read_only:
+            return super()._read_only_defaults()  # type: ignore[misc, no-any-return]
+        return {}
+
+
+class _Bound:
+    """One thread's fields of a ReusedFields serializer class, and the lists DRF asks for."""
+
+    def __init__(self, fields: Any) -> None:
+        self.fields = fields
+        self.listed = list(fields.values())
+        self.writable = [field for field in self.listed if not field.read_only]
+        self.read_only = [field for field in self.listed if field.read_only]
 
 
 class RefusesUnknownFields:
