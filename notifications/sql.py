@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection, models, transaction
+from django.utils import timezone
+from django.utils.functional import Promise
 
 
 def insert_or_nothing(model: type[models.Model], values: dict[str, Any], *, conflict_fields: tuple[str, ...]) -> bool:
@@ -122,55 +124,68 @@ def _insert_select(model: type[models.Model], rows: list[dict[str, Any]]) -> tup
     value as it is). One ``json.dumps`` instead of an array per column, each element adapted and
     quoted into the statement by psycopg (most of the web's time writing a group of accepts); and
     the statement's text depends only on the columns, so it is made once per set of columns."""
-    sql, shape = _insert_select_shape(model, tuple(rows[0]))
-    records = []
-    for row in rows:
-        record = {}
-        for column, field, kind in shape:
-            value = row[column]
-            if kind is _NESTED or value is None or isinstance(value, _AS_IS):
-                record[column] = value
-            elif kind is _DATETIME and isinstance(value, datetime.datetime) and value.tzinfo is not None:
-                record[column] = value.isoformat()  # what get_prep_value then _json_scalar make of it
-            else:
-                record[column] = field.get_prep_value(value)
-        records.append(record)
+    sql, prepared = _insert_select_shape(model, tuple(rows[0]))
+    records = rows
+    if prepared:
+        records = [{column: prepare(row[column]) for column, prepare in prepared} for row in rows]
     return sql, [json.dumps(records, default=_json_scalar, ensure_ascii=False, separators=(",", ":"))]
 
 
-# Values a field's get_prep_value gives back as they are, and JSON says as they are (a str or int
-# subclass, like a TextChoices member, is written as its value): most of a row. Calling the
-# field's get_prep_value on each of a row's thirty values was most of the time building a group.
-_AS_IS = (str, int, float)
-_NESTED, _DATETIME, _OTHER = "nested", "datetime", "other"
+# Fields whose values JSON (with _json_scalar) says as the field's get_prep_value would have them
+# stored: text, whole numbers, booleans, aware datetimes, UUIDs, JSON. A row of only these is
+# dumped as it is; calling get_prep_value on each of its thirty values was most of the time a group
+# of accepts took to build its statement.
+_SAID_AS_THEY_ARE = (
+    models.CharField,
+    models.TextField,
+    models.IntegerField,
+    models.BooleanField,
+    models.DateTimeField,
+    models.UUIDField,
+    models.JSONField,
+)
+
+
+def _said_as_it_is(field: models.Field[Any, Any]) -> bool:
+    if isinstance(field, models.ForeignKey):
+        return _said_as_it_is(field.target_field)
+    return isinstance(field, _SAID_AS_THEY_ARE)
 
 
 @functools.cache
-def _insert_select_shape(model: type[models.Model], columns: tuple[str, ...]) -> tuple[str, list[tuple[str, Any, str]]]:
-    """The statement of _insert_select for ``columns``, and each column's field and kind."""
+def _insert_select_shape(model: type[models.Model], columns: tuple[str, ...]) -> tuple[str, list[tuple[str, Any]]]:
+    """The statement of _insert_select for ``columns``, and how to prepare each column's value
+    when a field of them needs its get_prep_value (none: the rows are dumped as they are)."""
     meta = model._meta
     fields = {str(field.column): field for field in meta.concrete_fields}
     types = _db_types(model)
     quote = connection.ops.quote_name
-    shape = []
-    for column in columns:
-        field = fields[column]
-        kind = (
-            _NESTED if isinstance(field, models.JSONField) else _DATETIME if isinstance(field, models.DateTimeField) else _OTHER
-        )
-        shape.append((column, field, kind))
+    prepared = []
+    if not all(_said_as_it_is(fields[column]) for column in columns):
+        # A jsonb column takes the nested value as it is; get_prep_value would make it a string.
+        prepared = [
+            (column, _as_is if isinstance(fields[column], models.JSONField) else fields[column].get_prep_value)
+            for column in columns
+        ]
     names = ", ".join(quote(column) for column in columns)
     definitions = ", ".join(f"{quote(column)} {types[column]}" for column in columns)
     sql = f"INSERT INTO {quote(meta.db_table)} ({names}) SELECT {names} FROM jsonb_to_recordset(%s::jsonb) AS u({definitions})"
-    return sql, shape
+    return sql, prepared
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _json_scalar(value: Any) -> Any:
     """What JSON cannot say as it is: a datetime at full precision (DjangoJSONEncoder would cut it
-    to milliseconds), a date, a UUID."""
-    if isinstance(value, datetime.datetime | datetime.date):
+    to milliseconds; a naive one taken in the current time zone, as Django stores it), a date, a
+    UUID, a lazy string."""
+    if isinstance(value, datetime.datetime):
+        return (value if value.tzinfo is not None else timezone.make_aware(value)).isoformat()
+    if isinstance(value, datetime.date):
         return value.isoformat()
-    if isinstance(value, uuid.UUID):
+    if isinstance(value, uuid.UUID | Promise):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
@@ -186,8 +201,25 @@ def model_rows(objects: Sequence[models.Model]) -> list[dict[str, Any]]:
     ``pre_save`` gives its value, as an INSERT by the ORM would (``auto_now`` stamps included)."""
     if not objects:
         return []
-    fields = objects[0]._meta.concrete_fields
-    return [{str(field.column): field.pre_save(obj, True) for field in fields} for obj in objects]
+    readers = _row_readers(type(objects[0]))
+    return [
+        {column: getattr(obj, attname) if field is None else field.pre_save(obj, True) for column, attname, field in readers}
+        for obj in objects
+    ]
+
+
+@functools.cache
+def _row_readers(model: type[models.Model]) -> list[tuple[str, str, Any]]:
+    """Each column's name, attribute and, where its pre_save does more than read the attribute
+    (an ``auto_now`` stamp, say), its field."""
+    readers = []
+    for field in model._meta.concrete_fields:
+        pre_save = type(field).pre_save
+        plain = pre_save is models.Field.pre_save or (
+            pre_save in (models.DateField.pre_save, models.DateTimeField.pre_save) and not (field.auto_now or field.auto_now_add)  # type: ignore[attr-defined]
+        )
+        readers.append((str(field.column), field.attname, None if plain else field))
+    return readers
 
 
 def update_rows(

@@ -5,10 +5,13 @@ a read of the keys only for the items whose key was taken."""
 
 from __future__ import annotations
 
+import datetime
+
 import dramatiq
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from notifications import services
 from notifications.conf import HIGH_QUEUE
@@ -155,3 +158,30 @@ def test_an_address_suppressed_at_accept_in_a_batch_is_counted_once(broker: dram
     assert isinstance(suppressed, services.AcceptResult) and suppressed.body["status"] == Status.SUPPRESSED
     assert isinstance(kept, services.AcceptResult) and kept.body["status"] == Status.QUEUED
     assert counted() == before + 1
+
+
+def test_a_notification_written_by_the_batch_statement_reads_back_as_the_orms_save_writes_it(broker: dramatiq.Broker) -> None:
+    # The group's statement dumps rows to JSON as they are (sql._insert_select): what the field's
+    # get_prep_value would have done must come out the same, to the microsecond and the character.
+    client, _ = make_api_client()
+    send_at = timezone.now() + datetime.timedelta(hours=1, microseconds=123457)
+    fields = {
+        "message": 'Größe 📦 "quoted" \\ back\nline',
+        "subject": "Bestellung — 発送済み",
+        "metadata": {"nested": {"list": [1, 2.5, None, True, "ü"]}, "empty": {}},
+        "send_at": send_at,
+        "priority": "low",
+    }
+    (batched,) = services.notification_accept_batch(client=client, items=[item(1, **fields)])
+    saved = services.notification_accept(
+        client=client, request=item(2, **fields).request, idempotency_key="batch-2", fingerprint=item(2, **fields).fingerprint
+    )
+    assert isinstance(batched, services.AcceptResult)
+    one, other = (Notification.objects.get(pk=result.notification_id) for result in (batched, saved))
+    differ = {"id", "user_id", "address", "idempotency_key", "created_at", "updated_at", "next_attempt_at", "enqueued_at"}
+    differ |= {"headers", "trace_id"}  # the unsubscribe link names the user; each request its own trace
+    for field in Notification._meta.concrete_fields:
+        if field.name not in differ:
+            assert getattr(one, field.attname) == getattr(other, field.attname), field.name
+    assert one.send_at == other.send_at == send_at and one.next_attempt_at == send_at
+    assert one.metadata == fields["metadata"] and one.message == fields["message"]
