@@ -135,9 +135,9 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
 
         return self.outage.call(count, fallback=lambda: True)
 
-    def window(self, client_pk: Any, now: float) -> tuple[Any, int, int]:
+    def window(self, client_pk: Any, now: float) -> tuple[Any, int, int, int]:
         """Which window of the client's ``now`` is in, at this rate."""
-        return client_pk, self.num_requests, int(now // self.duration)
+        return client_pk, self.num_requests, self.duration, int(now // self.duration)
 
     def window_key(self, client_pk: Any, now: float) -> str:
         """The cache key counting the client's requests in the window of ``now``."""
