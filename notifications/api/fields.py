@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils.functional import cached_property
 from rest_framework import serializers
+from rest_framework.fields import SkipField
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from ..locales import LOCALE_PATTERN, MAX_LOCALE_LENGTH
@@ -128,10 +129,6 @@ def locale_field(**kwargs: Any) -> StrictRegexField:
     return StrictRegexField(LOCALE_PATTERN, max_length=MAX_LOCALE_LENGTH, **kwargs)
 
 
-# A request object that refuses a field it does not know, with a 400 naming it: a misspelt optional
-# field (say "sned_at") would otherwise be dropped and the request done without it. The schema says
-# so too (additionalProperties: false, api/schema.py). A comment, not a docstring: drf-spectacular
-# would show a docstring as the description of every serializer that mixes this in.
 _bound_fields = threading.local()
 
 
@@ -160,13 +157,44 @@ class ReusedFields:
             field.parent = self
         return bound.fields
 
+    def to_internal_value(self, data: Any) -> Any:
+        """DRF's, but an optional field the JSON object leaves out is given its default here, as
+        DRF gives it (its get_default, then the serializer's validate_<field>), instead of going
+        through its get_value, run_validation and empty-value checks: most of a request's fields,
+        and most of the time DRF took to validate one. An error of a default's validate_<field>
+        (none raises one) would be reported on its own, not with the other fields' errors."""
+        if type(data) is not dict or getattr(self, "partial", False):
+            return super().to_internal_value(data)  # type: ignore[misc]
+        self.fields  # noqa: B018 - bound to this serializer
+        absent = [field for field in _bound_fields.by_class[type(self)].optional if field.field_name not in data]
+        self._left_out = absent
+        try:
+            validated = super().to_internal_value(data)  # type: ignore[misc]
+        finally:
+            self._left_out = []
+        for field in absent:
+            try:
+                value = field.get_default()
+            except SkipField:
+                continue
+            validate = getattr(self, f"validate_{field.field_name}", None)
+            if validate is not None:
+                try:
+                    value = validate(value)
+                except serializers.ValidationError as exc:
+                    raise serializers.ValidationError({field.field_name: exc.detail}) from None
+            self.set_value(validated, field.source_attrs, value)  # type: ignore[attr-defined]
+        return validated
+
     # DRF's own walk the fields' mapping through collections.abc on every validation; these read
-    # the lists made with the fields. (Both as DRF has them: the fields the request may set, and
-    # the read-only ones with a default, which no reused serializer has.)
+    # the lists made with the fields. (Both as DRF has them: the fields the request may set, less
+    # those it left out, and the read-only ones with a default, which no reused serializer has.)
     @property
     def _writable_fields(self) -> list[Any]:
         self.fields  # noqa: B018 - bound to this serializer
-        return list(_bound_fields.by_class[type(self)].writable)
+        writable = _bound_fields.by_class[type(self)].writable
+        left_out = getattr(self, "_left_out", None)
+        return [field for field in writable if field not in left_out] if left_out else list(writable)
 
     def _read_only_defaults(self) -> dict[str, Any]:
         self.fields  # noqa: B018 - bound to this serializer
@@ -183,8 +211,13 @@ class _Bound:
         self.listed = list(fields.values())
         self.writable = [field for field in self.listed if not field.read_only]
         self.read_only = [field for field in self.listed if field.read_only]
+        self.optional = [field for field in self.writable if not field.required]
 
 
+# A request object that refuses a field it does not know, with a 400 naming it: a misspelt optional
+# field (say "sned_at") would otherwise be dropped and the request done without it. The schema says
+# so too (additionalProperties: false, api/schema.py). A comment, not a docstring: drf-spectacular
+# would show a docstring as the description of every serializer that mixes this in.
 class RefusesUnknownFields:
     def to_internal_value(self, data: Any) -> Any:
         known = self.fields  # type: ignore[attr-defined]

@@ -50,11 +50,11 @@ class DigestSerializer(RefusesUnknownFields, serializers.Serializer):  # type: i
     )
 
 
+# The checks every request that makes notifications shares (one notification, a broadcast): a
+# one-line subject, metadata and data PostgreSQL can store, message or template, channel or
+# channels. A comment, not a docstring: drf-spectacular showed it as the broadcast request's
+# description.
 class ContentRules:
-    """The checks every request that makes notifications shares (one notification, a broadcast):
-    a one-line subject, metadata and data PostgreSQL can store, message or template, channel or
-    channels."""
-
     initial_data: Any
 
     def validate_subject(self, value: str) -> str:
