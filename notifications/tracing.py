@@ -216,15 +216,17 @@ class RequestSpanMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
         from opentelemetry.instrumentation.wsgi import wsgi_getter
+        from opentelemetry.util.http import parse_excluded_urls
 
         self.get_response = get_response
         self._instrumented = _DjangoMiddleware(get_response)
         self._headers = wsgi_getter  # reads a traceparent header from the WSGI environ (request.META)
+        self._excluded = parse_excluded_urls(EXCLUDED_URLS)  # what the instrumentor was given
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if spans_recorded():
             return self._instrumented(request)  # type: ignore[no-any-return]
-        if self._instrumented._excluded_urls.url_disabled(request.build_absolute_uri("?")):
+        if self._excluded.url_disabled(request.build_absolute_uri("?")):
             return self.get_response(request)
         # As OpenTelemetry's: the caller's trace, unless a span is current already (then its child).
         outermost = trace.get_current_span() is trace.INVALID_SPAN

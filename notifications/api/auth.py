@@ -141,8 +141,8 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
 
     def window_key(self, client_pk: Any, now: float) -> str:
         """The cache key counting the client's requests in the window of ``now``."""
-        window = int(now // self.duration)
-        return cache.make_key(f"{self.cache_format % {'scope': self.scope, 'ident': client_pk}}:{window}")
+        number = self.window(client_pk, now)[-1]
+        return cache.make_key(f"{self.cache_format % {'scope': self.scope, 'ident': client_pk}}:{number}")
 
     def count_queue(self, pipeline: Any, *, client_pk: Any, now: float) -> str:
         """Queue the count of one request on ``pipeline`` (its first result is the new count)."""
