@@ -92,8 +92,8 @@ def test_a_batch_of_a_hundred_is_published_in_one_rabbitmq_transaction(
 
     def counting(rabbit):  # type: ignore[no-untyped-def]
         channel = original(rabbit)
-        real_commit = channel.tx_commit
-        monkeypatch.setattr(channel, "tx_commit", lambda: (commits.append(1), real_commit())[1])
+        real_commit = channel.channel.tx_commit
+        monkeypatch.setattr(channel.channel, "tx_commit", lambda: (commits.append(1), real_commit())[1])
         return channel
 
     monkeypatch.setattr(broker_batch, "_transaction_channel", counting)
