@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,7 +47,7 @@ def groups(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[int], Callabl
         sizes.append(len(group))
         if held and len(group) == 1:
             wanted = held.pop()
-            wait_until(lambda: accept_group.group.waiting >= wanted, timeout=10, message=f"{wanted} accepts queued")
+            wait_until(lambda: accept_group.groups.waiting >= wanted, timeout=10, message=f"{wanted} accepts queued")
         real(group)
 
     monkeypatch.setattr(accept_group, "_group_accept", recording)
@@ -209,7 +210,7 @@ def test_a_request_that_waits_too_long_for_its_group_is_accepted_on_its_own(monk
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     waited = api.post(URL, body(1), format="json", HTTP_IDEMPOTENCY_KEY="patient")
     answered.append(f"follower {waited.status_code}")
-    assert accept_group.group.waiting == 0  # it left the queue: the stuck group will not take it too
+    assert accept_group.groups.waiting == 0  # it left the queue: the stuck group will not take it too
     released.set()
     first.join(timeout=30)
     assert answered == ["follower 202", "leader 202"]
@@ -289,7 +290,7 @@ def test_a_group_whose_write_fails_as_a_whole_is_accepted_request_by_request(
 ) -> None:
     sizes, hold = groups
     _, token = make_api_client()
-    real = accept_group.notification_accept_batch
+    real = accept_group.notification_accept_batch_into
     failures: list[int] = []
 
     def failing_once(**kwargs: Any) -> Any:
@@ -298,7 +299,7 @@ def test_a_group_whose_write_fails_as_a_whole_is_accepted_request_by_request(
             raise RuntimeError("the group's statement failed")
         return real(**kwargs)
 
-    monkeypatch.setattr(accept_group, "notification_accept_batch", failing_once)
+    monkeypatch.setattr(accept_group, "notification_accept_batch_into", failing_once)
     hold(3)
     responses = post_together(token, [(f"f-{n}", body(n)) for n in range(4)])
 
@@ -338,3 +339,141 @@ def test_a_digest_member_is_accepted_alone_never_in_a_group(groups: tuple[list[i
     )
     assert response.status_code == 202, response.content
     assert sizes == []  # no group: it joined its digest under the digest's row lock
+
+
+def test_a_clients_stalled_group_does_not_hold_another_clients_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, slow_token = make_api_client("slow-client")
+    _, other_token = make_api_client("other-client")
+    stalled, released = threading.Event(), threading.Event()
+    real = accept_group._group_accept
+
+    def stalling(group: list[Any]) -> None:
+        if group[0].client.name == "slow-client":
+            stalled.set()
+            released.wait(timeout=30)  # a member of it renders for 15 s, say
+        real(group)
+
+    monkeypatch.setattr(accept_group, "_group_accept", stalling)
+    slow_answer: list[int] = []
+
+    def slow() -> None:
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {slow_token}")
+        try:
+            slow_answer.append(api.post(URL, body(0), format="json").status_code)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=slow)
+    first.start()
+    try:
+        assert stalled.wait(timeout=10)
+        other_answer: list[int] = []
+
+        def other() -> None:
+            api = APIClient()
+            api.credentials(HTTP_AUTHORIZATION=f"Bearer {other_token}")
+            try:
+                other_answer.append(api.post(URL, body(1), format="json").status_code)
+            finally:
+                connection.close()
+
+        second = threading.Thread(target=other)
+        second.start()
+        # Answered while the slow client's group is still held: not behind it, and well before
+        # GROUP_WAIT_SECONDS (10 s), after which a request behind a stuck leader goes alone.
+        second.join(timeout=5)
+        assert not second.is_alive() and other_answer == [202]
+        assert slow_answer == []
+    finally:
+        released.set()
+        first.join(timeout=30)
+    assert slow_answer == [202]
+
+
+def test_a_request_taken_into_a_stuck_group_is_answered_within_the_wait_bound(
+    groups: tuple[list[int], Callable[[int], None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes, hold = groups
+    _, token = make_api_client()
+    taken, released = threading.Event(), threading.Event()
+    real = accept_group._group_accept
+
+    def stuck_with_members(group: list[Any]) -> None:
+        if len(group) > 1:
+            taken.set()
+            released.wait(timeout=30)  # the group took its members, then hangs (a blocked broker)
+        real(group)
+
+    monkeypatch.setattr(accept_group, "_group_accept", stuck_with_members)
+    monkeypatch.setattr(accept_group, "GROUP_WAIT_SECONDS", 0.5)
+    hold(3)
+    responses: list[Any] = []
+    posting = threading.Thread(target=lambda: responses.extend(post_together(token, [(f"w-{n}", body(n)) for n in range(4)])))
+    posting.start()
+    try:
+        assert taken.wait(timeout=10)
+        # The group's leader is its own request, stuck doing the write; the two it took are
+        # answered alone once the bound passes, while it still hangs.
+        wait_until(
+            lambda: Notification.objects.filter(idempotency_key__startswith="w-").count() == 3,
+            timeout=10,
+            message="the first and the two members taken into the stuck group, written alone",
+        )
+        assert posting.is_alive()
+    finally:
+        released.set()
+        posting.join(timeout=30)
+    assert [r.status_code for r in responses] == [202] * 4
+    # Its key kept the stuck group from writing a member a second time.
+    assert Notification.objects.count() == 4 and IdempotencyKey.objects.count() == 4
+
+
+def test_a_failure_after_the_groups_commit_leaves_its_written_members_answered_202(
+    groups: tuple[list[int], Callable[[int], None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from notifications.services import accept_batch
+
+    sizes, hold = groups
+    _, token = make_api_client()
+
+    def failing(**kwargs: Any) -> None:
+        raise RuntimeError("the read of taken keys failed (the database went away)")
+
+    monkeypatch.setattr(accept_batch, "_answer_taken_keys", failing)
+    hold(3)
+    responses = post_together(token, [(f"c-{n}", body(n)) for n in range(4)])
+
+    assert sorted(sizes) == [1, 3]
+    # Each written by the group's statement: answered from it, new (not replayed), not 503.
+    assert [r.status_code for r in responses] == [202] * 4
+    assert [r.headers.get("Idempotent-Replayed") for r in responses] == [None] * 4
+    assert Notification.objects.count() == 4
+
+
+def test_each_member_of_a_group_logs_with_its_own_request_id(
+    groups: tuple[list[int], Callable[[int], None]],
+    json_log: io.StringIO,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from notifications.services import accept as accept_module
+    from notifications.services import accept_batch
+
+    sizes, hold = groups
+    _, token = make_api_client()
+    real_build = accept_module.notification_build
+
+    def logging_build(**kwargs: Any) -> Any:
+        logging.getLogger("notifications.services").info("building %s", kwargs["idempotency_key"])
+        return real_build(**kwargs)
+
+    monkeypatch.setattr(accept_batch, "notification_build", logging_build)
+    hold(3)
+    responses = post_together(token, [(f"r-{n}", body(n)) for n in range(4)])
+    assert sorted(sizes) == [1, 3]
+
+    request_ids = {f"r-{n}": response["X-Request-ID"] for n, response in enumerate(responses)}
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    logged = {line["message"].split()[1]: line["request_id"] for line in lines if line["message"].startswith("building")}
+    # The three of the group (whichever arrived behind the first) built in the leader's thread.
+    assert len(logged) == 3 and logged == {key: request_ids[key] for key in logged}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from .. import metrics, tracing
 from ..errors import NotificationError
+from ..logging import request_id_var
 from ..models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
 from ..sql import insert_claimed, model_rows
 from .accept import (
@@ -38,11 +40,24 @@ class BatchItem:
     # The OpenTelemetry context of the request the item came from, when items of one batch came
     # from separate requests (services/accept_group.py): each is built and published in its own.
     trace_context: Any = None
+    request_id: str = ""  # the X-Request-ID of that request, for the log lines written for the item
 
 
 def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> list[AcceptResult | NotificationError]:
     """Accept every item that can be accepted, exactly once per (client, key), and answer each in
-    its slot: its AcceptResult (new or replayed) or the domain error that refused it.
+    its slot: its AcceptResult (new or replayed) or the domain error that refused it."""
+    results: list[AcceptResult | NotificationError | None] = [None] * len(items)
+    notification_accept_batch_into(client=client, items=items, results=results)
+    return [result for result in results if result is not None]
+
+
+def notification_accept_batch_into(
+    *, client: ApiClient, items: list[BatchItem], results: list[AcceptResult | NotificationError | None]
+) -> None:
+    """notification_accept_batch, answering each item in ``results`` (the caller's, one slot per
+    item) as soon as its answer is settled: an item written is answered from the statement's own
+    result, before any further statement, so a failure after the commit (a read of taken keys, say)
+    leaves it answered 202 and the caller re-runs only the items still without an answer.
 
     The batch's recipients and suppressions are read in one query each; the new notifications and
     their keys are written in one statement (the keys with ON CONFLICT DO NOTHING, the
@@ -51,7 +66,6 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
     request, a key repeated within the batch) costs a read of its key, after the write; one whose
     key had expired is accepted on its own, which replaces the key as a single accept does."""
     now = timezone.now()
-    results: list[AcceptResult | NotificationError | None] = [None] * len(items)
     first_of_key: dict[str, int] = {}
     for index, item in enumerate(items):
         first_of_key.setdefault(item.idempotency_key, index)
@@ -65,7 +79,7 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
             item = items[index]
             try:
                 digest_refused_in_batch(item.request.digest)
-                with tracing.context_attached(item.trace_context):
+                with _origin_attached(item):
                     notification = notification_build(client=client, request=item.request, idempotency_key=key, lookups=lookups)
                     if carriers is not None:
                         carriers[str(notification.id)] = tracing.message_carrier()
@@ -81,16 +95,28 @@ def notification_accept_batch(*, client: ApiClient, items: list[BatchItem]) -> l
         for notification_id, slot in cap_slots.items():
             if notification_id not in taken:
                 slot.release()
-    for notification in (n for _, n, _, _ in built if n.id in taken and n.status == Status.SUPPRESSED):
-        metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
     for index, notification, body, _ in built:
         if notification.id in taken:
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
+    for notification in (n for _, n, _, _ in built if n.id in taken and n.status == Status.SUPPRESSED):
+        metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
     notifications_publish(
         pending=[(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None], carriers=carriers
     )
     _answer_taken_keys(client=client, items=items, results=results, first_of_key=first_of_key, now=now)
-    return [result for result in results if result is not None]
+
+
+@contextlib.contextmanager
+def _origin_attached(item: BatchItem) -> Iterator[None]:
+    """Run the block as part of the request ``item`` came from: its trace and its request id, so
+    what is recorded and logged for it is its own request's, not the thread's that runs it."""
+    token = request_id_var.set(item.request_id) if item.request_id else None
+    try:
+        with tracing.context_attached(item.trace_context):
+            yield
+    finally:
+        if token is not None:
+            request_id_var.reset(token)
 
 
 def _insert(
@@ -156,7 +182,7 @@ def _answer_taken_keys(
                 results[index] = copy.copy(results[first])  # the same request as one refused (its own copy to raise)
             else:  # its key expired (or vanished), or went to no one (its first item, another request, was
                 # refused): accepted on its own, which takes the key as a single accept does
-                with tracing.context_attached(item.trace_context):
+                with _origin_attached(item):
                     results[index] = notification_accept(
                         client=client, request=item.request, idempotency_key=item.idempotency_key, fingerprint=item.fingerprint
                     )
