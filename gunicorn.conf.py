@@ -34,7 +34,9 @@ def child_exit(server: object, worker: object) -> None:
     multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
 
 
-accesslog = "-"
+# No access log: the app writes one line per request (notifications.request), with its client,
+# request id and duration, which gunicorn's line cannot know.
+accesslog = None
 # JSON from the first line: the master logs before Django (and its LOGGING) is loaded.
 logconfig_dict = {
     "version": 1,
@@ -43,6 +45,5 @@ logconfig_dict = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
     "loggers": {
         "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

@@ -18,6 +18,22 @@ def current_request_id() -> str:
     return request_id_var.get()
 
 
+# What Django and its servers attach to their records: a socket, a WSGIRequest. Their repr is no
+# log field (and a socket's names addresses); the request's line (api/middleware.py) says the rest.
+_DROPPED_EXTRAS = ("request", "server_time")
+
+
+class StartupBanner(logging.Filter):
+    """Logs a library's start-up banner (django-axes' "AXES: BEGIN ...", printed by every
+    ``manage.py`` command) at DEBUG: shown when LOG_LEVEL is DEBUG, not otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
 class JsonFormatter(_BaseJsonFormatter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("fmt", "%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -26,6 +42,8 @@ class JsonFormatter(_BaseJsonFormatter):
 
     def add_fields(self, log_record: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
         super().add_fields(log_record, record, message_dict)
+        for name in _DROPPED_EXTRAS:
+            log_record.pop(name, None)
         span_context = trace.get_current_span().get_span_context()
         if span_context.is_valid:
             log_record["otelTraceID"] = format(span_context.trace_id, "032x")

@@ -138,10 +138,11 @@ def test_an_error_raised_outside_drf_is_json_under_api_whatever_debug_says(
     if status == 503:
         assert response["Retry-After"] == "5"
     # Django's own "Internal Server Error" line, with the traceback, carries the request id; and
-    # it is the only line about the request (the JSON answer is not logged again).
+    # beside the request's own line it is the only one (the JSON answer is not logged again).
     logged = [line for line in json_log.lines if URL in line["message"]]
-    assert len(logged) == 1 and str(error) in logged[0]["exc_info"], logged
-    assert logged[0]["request_id"] == response["X-Request-ID"]
+    assert [line["logger"] for line in logged] == ["django.request", "notifications.request"], logged
+    assert str(error) in logged[0]["exc_info"] and logged[1]["status"] == status
+    assert logged[0]["request_id"] == logged[1]["request_id"] == response["X-Request-ID"]
     # Outside /api/ Django's pages stay as they are.
     assert admin_page.status_code == 500 and not admin_page["Content-Type"].startswith("application/json")
 

@@ -9,6 +9,7 @@ import logging
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,7 +248,7 @@ def test_the_gunicorn_web_process_writes_every_line_as_json(tmp_path: Path) -> N
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as out:
         web = subprocess.Popen(
-            # gunicorn.conf.py (what the image runs) gives the rest: threads, access log, JSON logging.
+            # gunicorn.conf.py (what the image runs) gives the rest: threads, no access log, JSON logging.
             [sys.executable, "-m", "gunicorn", "platform.wsgi:application", "--bind", f"127.0.0.1:{port}",
              "--control-socket", str(tmp_path / "ctl")],
             cwd=ROOT,
@@ -265,16 +266,24 @@ def test_the_gunicorn_web_process_writes_every_line_as_json(tmp_path: Path) -> N
 
         wait_until(healthz, timeout=30, message=f"gunicorn up; log:\n{log.read_text()[-2000:]}")
 
-        def access_line() -> dict[str, object] | None:
-            lines = json_lines(log.read_text())
-            found = [line for line in lines if line.get("logger") == "gunicorn.access" and "GET /healthz" in str(line["message"])]
-            return found[0] if found else None
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/no-such-thing", timeout=5)
+        assert missing.value.code == 404
 
-        line = wait_until(access_line, timeout=10, message=f"a JSON access line; log:\n{log.read_text()[-2000:]}")
+        def request_lines(path: str) -> list[dict[str, object]]:
+            return [line for line in json_lines(log.read_text()) if path in str(line.get("message"))]
+
+        line = wait_until(
+            lambda: request_lines("GET /healthz"), timeout=10, message=f"a request line; log:\n{log.read_text()[-2000:]}"
+        )[0]
+        # One line for the 404 too: no gunicorn access line, no Django "Not Found" warning beside it.
+        (missing_line,) = wait_until(lambda: request_lines("/api/v1/no-such-thing"), timeout=10, message="the 404's line")
     finally:
         web.terminate()
         web.wait(timeout=30)
-    assert line["level"] == "INFO" and " 200 " in str(line["message"])
+    assert line["level"] == "INFO" and line["logger"] == "notifications.request" and line["status"] == 200
+    assert (missing_line["status"], missing_line["method"], missing_line["path"]) == (404, "GET", "/api/v1/no-such-thing")
+    assert isinstance(missing_line["duration_ms"], float) and missing_line["request_id"]
     # The master's start-up lines too ("Starting gunicorn", "Booting worker"), before Django loads.
     text = log.read_text()
     assert "Starting gunicorn" in text
@@ -295,7 +304,8 @@ def test_an_events_notification_continues_the_process_span_through_deliver_to_th
         body=body, routing_key="order.created", headers={"traceparent": f"00-{producer_trace}-00f067aa0ba902b7-01"}
     )
     assert result.status == "success", result
-    wait_until(lambda: named(spans, "notification.send_email"), timeout=15, message="delivered")
+    # The consumer span (deliver) ends after the send span, once the delivery is recorded.
+    wait_until(lambda: named(spans, "notification.send_email") and named(spans, "notification.deliver"), timeout=15)
     (process,) = named(spans, "notification.process")
     (deliver,) = named(spans, "notification.deliver")
     (send,) = named(spans, "notification.send_email")

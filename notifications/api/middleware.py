@@ -1,16 +1,24 @@
-"""The outermost middleware: every request gets an id, and under /api/ every answer is JSON.
+"""The outermost middleware: every request gets an id and one log line, and under /api/ every
+answer is JSON.
 
 DRF's exception handler shapes the errors of the API's views. This catches what happens outside
 them: a 404 for a path no view serves, an exception in a middleware or the URLconf, Django's HTML
 error pages (its debug pages under DEBUG). Each becomes ``error_body`` with the request id, which
 is also the ``X-Request-ID`` response header and the ``request_id`` field of every log line written
 while the request was handled.
+
+The request's line (logger ``notifications.request``) is the only one per request: gunicorn's
+access log is off and runserver's request lines and Django's 4xx warnings are silenced in
+``LOGGING``, so a 4xx is not logged twice. It names the API client, never the query string (a
+token may ride there).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from http import HTTPStatus
@@ -21,6 +29,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from ..logging import request_id_var
+from ..models import ApiClient
 from .exceptions import error_body, unhandled_error
 
 API_PREFIX = "/api/"
@@ -53,6 +62,7 @@ class ApiRequestMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        started = time.perf_counter()
         request_id = request_id_for(request.headers.get(REQUEST_ID_HEADER))
         token = request_id_var.set(request_id)
         # For the lines Django logs about the request after this returns (the formatter reads it).
@@ -61,10 +71,31 @@ class ApiRequestMiddleware:
             response = self.get_response(request)
             if request.path_info.startswith(API_PREFIX) and response.status_code >= 400 and not _is_json(response):
                 response = _json_error(request, response)
+            _request_log(request, response.status_code, started)
         finally:
             request_id_var.reset(token)
         response[REQUEST_ID_HEADER] = request_id
         return response
+
+
+request_logger = logging.getLogger("notifications.request")
+
+
+def _request_log(request: HttpRequest, status: int, started: float) -> None:
+    if not request_logger.isEnabledFor(logging.INFO):
+        return
+    duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    user = getattr(request, "user", None)  # DRF sets the API client here as well as on its Request
+    # By type, not isinstance: a session user is a lazy object that isinstance would load.
+    client = user.name if issubclass(type(user), ApiClient) else ""
+    request_logger.info(
+        "%s %s %d %.1fms",
+        request.method,
+        request.path,
+        status,
+        duration_ms,
+        extra={"method": request.method, "path": request.path, "status": status, "duration_ms": duration_ms, "client": client},
+    )
 
 
 def _is_json(response: HttpResponseBase) -> bool:
