@@ -93,6 +93,9 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION_DAYS": 30,
     "WEBHOOK_ALLOW_HOSTS": [],
     "WEBHOOK_TIMEOUT_SECONDS": 10.0,
+    # Longest wait for the name lookup of a webhook or status webhook host (the SSRF guard's): the
+    # system resolver's own timeout can be tens of seconds, and an API request waits for it.
+    "ADDRESS_LOOKUP_TIMEOUT_SECONDS": 2.0,
     # base_seconds:cap_seconds:max_attempts of a status event's posts to its client's
     # status_webhook_url: about an hour and a half of tries before it is dead.
     "STATUS_WEBHOOK_RETRY_POLICY": "10:1800:8",
@@ -200,6 +203,7 @@ class NotificationsConfig:
     retention_days: int
     webhook_allow_hosts: tuple[str, ...]
     webhook_timeout_seconds: float
+    address_lookup_timeout_seconds: float
     status_webhook_retry_policy: RetryPolicy
     providers: dict[str, str]
     provider_timeout_seconds: float
@@ -407,6 +411,7 @@ def get_config() -> NotificationsConfig:
         retention_days=_at_least(raw, "RETENTION_DAYS", 1, int),
         webhook_allow_hosts=tuple(h.strip().lower() for h in raw["WEBHOOK_ALLOW_HOSTS"] if h.strip()),
         webhook_timeout_seconds=_at_least(raw, "WEBHOOK_TIMEOUT_SECONDS", 0.1, float),
+        address_lookup_timeout_seconds=_at_least(raw, "ADDRESS_LOOKUP_TIMEOUT_SECONDS", 0.01, float),
         status_webhook_retry_policy=_retry_policy(raw, "STATUS_WEBHOOK_RETRY_POLICY"),
         providers={name: (raw["PROVIDERS"] or {}).get(name) or spec.default_provider for name, spec in CHANNELS.items()},
         provider_timeout_seconds=_at_least(raw, "PROVIDER_TIMEOUT_SECONDS", 0.1, float),

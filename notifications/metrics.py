@@ -102,6 +102,12 @@ provider_attempts = Counter(
     "Delivery attempts by provider account (provider failover), by attempt outcome.",
     ["channel", "account", "outcome"],
 )
+provider_feedback_ignored = Counter(
+    "notifications_provider_feedback_ignored",
+    "Signed provider callbacks that named a notification but were ignored: recipient_mismatch (a Mailgun event "
+    "for another address), message_id_mismatch (about another send of it).",
+    ["provider", "reason"],
+)
 provider_circuit_open = Gauge(
     "notifications_provider_circuit_open",
     "1 while a provider account's circuit breaker is open or half-open (its sends go to the next account).",
@@ -135,6 +141,10 @@ def record_attempt(*, channel: str, outcome: str, seconds: float | None, account
 def record_provider_attempt(*, channel: str, account: str, outcome: str) -> None:
     """One finished attempt through a named provider account (a channel with failover accounts)."""
     provider_attempts.labels(channel=channel, account=account, outcome=outcome).inc()
+
+
+def record_provider_feedback_ignored(*, provider: str, reason: str) -> None:
+    provider_feedback_ignored.labels(provider=provider, reason=reason).inc()
 
 
 def record_circuit(*, channel: str, account: str, open: bool) -> None:

@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import json
 import socket
+import threading
 import time
 import uuid
 from typing import Any
@@ -241,7 +242,8 @@ def test_webhook_to_loopback_is_refused_unless_the_host_is_allowed(provider_serv
     message = outgoing("webhook", provider_server)
     with pytest.raises(PermanentChannelError, match="WEBHOOK_ALLOW_HOSTS") as caught:
         get_provider("webhook").send(message)
-    assert caught.value.code == "forbidden_target" and caught.value.extra["address"] == "127.0.0.1"
+    assert caught.value.code == "forbidden_target" and "not a public address" in caught.value.message
+    assert "127.0.0.1" not in caught.value.message and "address" not in caught.value.extra
     assert provider_server.requests == []
 
     # Another port of the same host is not this one.
@@ -256,7 +258,7 @@ def test_webhook_to_loopback_is_refused_unless_the_host_is_allowed(provider_serv
 def test_webhook_to_localhost_by_name_is_refused(provider_server: FakeProviderServer) -> None:
     port = provider_server.host_port.rsplit(":", 1)[1]
     message = outgoing("webhook", provider_server, address=f"http://localhost:{port}/hook")
-    with pytest.raises(PermanentChannelError, match="resolves to"):
+    with pytest.raises(PermanentChannelError, match="not a public address"):
         get_provider("webhook").send(message)
     assert provider_server.requests == []
 
@@ -312,8 +314,7 @@ def test_webhook_refuses_internal_addresses(host: str, provider_server: FakeProv
 def test_webhook_refuses_internal_ipv4_addresses_carried_in_ipv6(ipv6: str, carried: str) -> None:
     with pytest.raises(PermanentChannelError, match="WEBHOOK_ALLOW_HOSTS") as caught:
         webhook_target(f"http://[{ipv6}]:8080/hook", allow_hosts=())
-    assert caught.value.code == "forbidden_target"
-    assert ipaddress.ip_address(caught.value.extra["address"]) == ipaddress.ip_address(ipv6)
+    assert caught.value.code == "forbidden_target" and "not a public address" in caught.value.message
     if carried != "any":
         assert ipaddress.IPv4Address(carried) in embedded_ipv4(ipaddress.IPv6Address(ipv6))
 
@@ -345,8 +346,76 @@ def test_webhook_checks_every_address_a_name_resolves_to(
 
     monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
     message = outgoing("webhook", provider_server, address="https://hooks.example.com/x")
-    with pytest.raises(PermanentChannelError, match="10.0.0.7"):
+    with pytest.raises(PermanentChannelError, match="not a public address") as caught:
         get_provider("webhook").send(message)
+    assert "10.0.0.7" not in str(caught.value)
+
+
+def internal_dns(monkeypatch: pytest.MonkeyPatch, names: dict[str, str | OSError]) -> None:
+    """DNS is the network boundary: ``names`` resolve to the address given, or fail with the error."""
+    real = socket.getaddrinfo
+
+    def lookup(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in names:
+            return real(host, port, *args, **kwargs)
+        answer = names[host]
+        if isinstance(answer, OSError):
+            raise answer
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answer, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+
+
+RESOLVER_TEXT = "Name or service not known"
+
+
+@pytest.mark.django_db
+def test_a_webhook_notification_to_an_internal_host_fails_with_a_last_error_that_names_no_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    internal_dns(monkeypatch, {"db.internal": "10.20.30.40", "nowhere.internal": socket.gaierror(-2, RESOLVER_TEXT)})
+    client, _ = make_api_client()
+    internal = accept_notification(client, channel="webhook", to="http://db.internal:5432/hook")
+    unresolved = accept_notification(client, channel="webhook", to="http://nowhere.internal/hook")
+
+    assert services.notification_deliver(notification_id=internal.pk).outcome == "failed"
+    services.notification_deliver(notification_id=unresolved.pk)
+
+    internal.refresh_from_db()
+    assert "not a public address" in internal.last_error
+    assert "10.20.30.40" not in internal.last_error
+    assert "10.20.30.40" not in DeliveryAttempt.objects.get(notification=internal).error_message
+    [attempt] = DeliveryAttempt.objects.filter(notification=unresolved)
+    assert attempt.outcome == AttemptOutcome.TRANSIENT_ERROR  # a name that does not resolve may yet
+    assert "could not be resolved" in attempt.error_message and RESOLVER_TEXT not in attempt.error_message
+
+
+def test_a_slow_name_lookup_is_cut_at_address_lookup_timeout_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    released = threading.Event()
+    started = threading.Event()
+
+    real = socket.getaddrinfo
+
+    def slow_resolver(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "slow.example.com":
+            return real(host, port, *args, **kwargs)
+        started.set()
+        released.wait(30)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_resolver)
+    try:
+        with override_notifications(ADDRESS_LOOKUP_TIMEOUT_SECONDS=0.3), pytest.raises(TransientChannelError) as caught:
+            began = time.monotonic()
+            webhook_target("https://slow.example.com/hook", allow_hosts=())
+        elapsed = time.monotonic() - began
+        assert started.is_set()
+        assert 0.3 <= elapsed < 1.3, elapsed
+        assert caught.value.code == "dns_error" and "could not be resolved" in caught.value.message
+        # The lookup left hanging holds no other: the next host resolves at once.
+        assert webhook_target("https://93.184.216.34/hook", allow_hosts=()).address == "93.184.216.34"
+    finally:
+        released.set()
 
 
 def test_webhook_without_a_secret_is_refused(provider_server: FakeProviderServer) -> None:

@@ -351,6 +351,80 @@ def test_a_mailgun_hard_bounce_or_complaint_suppresses_the_address_and_the_next_
     assert accept_notification(other, to="ann@example.com").status == Status.QUEUED
 
 
+def ignored_count(provider: str, reason: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return (
+        REGISTRY.get_sample_value("notifications_provider_feedback_ignored_total", {"provider": provider, "reason": reason})
+        or 0.0
+    )
+
+
+@pytest.mark.parametrize(("event", "severity"), [("failed", "permanent"), ("complained", ""), ("delivered", "")])
+def test_a_signed_mailgun_event_whose_recipient_is_another_address_is_acknowledged_and_ignored(
+    event: str, severity: str, mailgun_key: str, smtp_server: LocalSmtpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Mailgun signs only timestamp and token: an event naming our Message-Id but another recipient
+    must not bounce, complain or suppress anything."""
+    client, _ = make_api_client()
+    notification = sent_email(client)
+    before = ignored_count("mailgun", "recipient_mismatch")
+    for recipient in ("mallory@example.com", "", None):
+        data = mailgun_event(notification, event, severity, reason="bounce", recipient=recipient)
+        if recipient is None:
+            del data["recipient"]
+        with caplog.at_level("WARNING", logger="notifications.services"):
+            response = post_mailgun(mailgun_body(data))
+
+        assert response.status_code == 200, response.content
+        assert response.json() == {"outcome": "ignored", "notification_id": "", "provider_status": "", "suppressed": ""}
+    notification.refresh_from_db()
+    assert notification.provider_status == ""
+    assert not Suppression.objects.exists() and not StatusEvent.objects.exists()
+    assert ignored_count("mailgun", "recipient_mismatch") == before + 3
+    warnings = [r for r in caplog.records if getattr(r, "reason", "") == "recipient_mismatch"]
+    assert len(warnings) == 3 and all(r.levelname == "WARNING" for r in warnings)
+    assert warnings[0].notification_id == str(notification.pk)  # type: ignore[attr-defined]
+    # The next email to the address goes out.
+    assert accept_notification(client, to="ann@example.com").status == Status.QUEUED
+
+
+def test_a_mailgun_event_for_the_notifications_address_in_another_case_is_applied(
+    mailgun_key: str, smtp_server: LocalSmtpServer
+) -> None:
+    client, _ = make_api_client()
+    notification = sent_email(client, to="Ann.Lee@Example.com")
+    before = ignored_count("mailgun", "recipient_mismatch")
+
+    data = mailgun_event(notification, "failed", "permanent", reason="bounce", recipient="ann.lee@example.com")
+    response = post_mailgun(mailgun_body(data))
+
+    assert response.status_code == 200, response.content
+    assert response.json()["outcome"] == "recorded" and response.json()["suppressed"] == "bounced"
+    notification.refresh_from_db()
+    assert notification.provider_status == ProviderStatus.BOUNCED
+    assert Suppression.objects.get(client=client, channel="email").address == "Ann.Lee@Example.com"
+    assert ignored_count("mailgun", "recipient_mismatch") == before
+
+
+def test_a_mailgun_event_about_another_send_of_the_notification_is_ignored_and_counted(
+    mailgun_key: str, smtp_server: LocalSmtpServer
+) -> None:
+    """Found by the id in its Message-Id, but the stored Message-Id is another: not this send's."""
+    client, _ = make_api_client()
+    notification = sent_email(client)
+    data = mailgun_event(notification, "failed", "permanent", reason="bounce")
+    data["message"]["headers"]["message-id"] = f"{notification.pk}@elsewhere.example.net"
+    before = ignored_count("mailgun", "message_id_mismatch")
+
+    response = post_mailgun(mailgun_body(data))
+
+    assert (response.status_code, response.json()["outcome"]) == (200, "unknown_message")
+    assert ignored_count("mailgun", "message_id_mismatch") == before + 1
+    notification.refresh_from_db()
+    assert notification.provider_status == "" and not Suppression.objects.exists()
+
+
 def test_a_mailgun_delivery_then_a_complaint_end_complained_and_a_late_delivery_changes_nothing(
     mailgun_key: str, smtp_server: LocalSmtpServer
 ) -> None:

@@ -5,6 +5,8 @@ Dramatiq's StubBroker with an in-process worker; one runs through the real Rabbi
 from __future__ import annotations
 
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -146,6 +148,63 @@ def test_patch_client_refuses_a_url_the_webhook_rules_refuse_with_400_naming_the
     assert response.status_code == 400, response.content
     assert response.json()["error"]["field"] == "status_webhook_url"
     assert ApiClient.objects.get(name="acme").status_webhook_url == ""
+
+
+@pytest.mark.parametrize(
+    ("url", "leak"),
+    [
+        ("http://db.internal/", "10.20.30.40"),  # an internal name: the address it resolves to
+        ("http://nowhere.internal/", "Name or service not known"),  # the resolver's words
+        ("http://127.0.0.1/", "127.0.0.1"),
+        ("http://[::ffff:10.0.0.1]:8080/", "10.0.0.1"),
+    ],
+)
+def test_patch_client_refuses_an_internal_or_unresolvable_host_saying_only_not_a_public_address(
+    api: APIClient, monkeypatch: pytest.MonkeyPatch, url: str, leak: str
+) -> None:
+    real = socket.getaddrinfo
+
+    def internal_dns(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "db.internal":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.20.30.40", port))]
+        if host == "nowhere.internal":
+            raise socket.gaierror(-2, "Name or service not known")
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", internal_dns)
+    response = api.patch("/api/v1/client", {"status_webhook_url": url}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["field"] == "status_webhook_url"
+    assert (
+        response.json()["error"]["message"] == "status_webhook_url: its host is not a public address (or could not be resolved)"
+    )
+    assert leak not in response.content.decode()
+    assert ApiClient.objects.get(name="acme").status_webhook_url == ""
+
+
+def test_patch_client_with_a_host_whose_lookup_hangs_answers_400_within_the_lookup_timeout(
+    api: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    released = threading.Event()
+
+    def hanging_resolver(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        released.wait(30)
+        raise socket.gaierror(-3, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging_resolver)
+    try:
+        with override_notifications(ADDRESS_LOOKUP_TIMEOUT_SECONDS=0.5):
+            began = time.monotonic()
+            response = api.patch("/api/v1/client", {"status_webhook_url": "https://slow.example.com/status"}, format="json")
+            elapsed = time.monotonic() - began
+    finally:
+        released.set()
+
+    assert response.status_code == 400, response.content
+    assert "not a public address" in response.json()["error"]["message"]
+    assert "Temporary failure" not in response.content.decode()
+    assert 0.5 <= elapsed < 1.5, elapsed
 
 
 def test_patch_client_refuses_fields_it_does_not_set(api: APIClient) -> None:

@@ -37,7 +37,8 @@ class FeedbackResultSerializer(serializers.Serializer):  # type: ignore[type-arg
     outcome = serializers.ChoiceField(
         choices=["recorded", "unchanged", "ignored", "unknown_message"],
         help_text="recorded; unchanged (a later status was already recorded); ignored (an event not tracked, "
-        "a soft bounce); unknown_message (no notification has this message id).",
+        "a soft bounce, a Mailgun event whose recipient is not the notification's address); unknown_message "
+        "(no notification has this message id, or it is about another send of it).",
     )
     notification_id = serializers.CharField(allow_blank=True)
     provider_status = serializers.CharField(allow_blank=True)

@@ -11,9 +11,15 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import logging
+import os
 import socket
+import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import certifi
@@ -25,10 +31,20 @@ from ..conf import get_config
 from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
 from .http import raise_for_status
 
+logger = logging.getLogger("notifications.channels")
+
 PROVIDER = "the webhook endpoint"
 USER_AGENT = "notifications-webhook/1"
 # Enough of the receiver's answer to say what it meant; the rest is not read.
 RESPONSE_READ_LIMIT = 64 * 1024
+# What a refusal says, and all it says: neither the address a name resolved to nor the resolver's
+# words, which would map the internal network for whoever submits URLs (a client, an admin form).
+NOT_PUBLIC = "not a public address"
+NOT_RESOLVED = "could not be resolved"
+# getaddrinfo has no timeout of its own (the system resolver's can be tens of seconds), so it runs
+# in a thread its caller waits for at most ADDRESS_LOOKUP_TIMEOUT_SECONDS. Lookups cut off still run
+# until the resolver gives up; past this many at once in a process, a lookup is not started.
+MAX_LOOKUPS_IN_FLIGHT = 256
 
 
 def webhook_signature(secret: str, timestamp: str, body: str) -> str:
@@ -100,8 +116,71 @@ def _is_internal(address: str) -> bool:
     return _is_internal_ip(ip)
 
 
+_in_flight_lock = threading.Lock()
+_in_flight = 0
+
+
+def _forget_lookups() -> None:
+    # A forked child (gunicorn, the Dramatiq worker processes) has none of its parent's threads.
+    global _in_flight, _in_flight_lock
+    _in_flight, _in_flight_lock = 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_lookups)
+
+
+def _lookup_slot_take() -> bool:
+    global _in_flight
+    with _in_flight_lock:
+        if _in_flight >= MAX_LOOKUPS_IN_FLIGHT:
+            return False
+        _in_flight += 1
+        return True
+
+
+def _lookup_slot_give() -> None:
+    global _in_flight
+    with _in_flight_lock:
+        _in_flight = max(0, _in_flight - 1)
+
+
+def host_addresses(hostname: str, port: int, *, timeout: float) -> list[str]:
+    """The addresses ``hostname`` resolves to, within ``timeout`` seconds; TransientChannelError
+    (code ``dns_error``) if it does not resolve in time, saying nothing of the resolver's answer.
+
+    Each lookup runs in a daemon thread of its own, not a shared pool: a lookup cut off goes on
+    until the resolver gives up, and one client's hanging names must not hold the lookups of others."""
+    if not _lookup_slot_take():
+        logger.warning("%d name lookups already in flight; %r not looked up", MAX_LOOKUPS_IN_FLIGHT, hostname)
+        raise TransientChannelError(f"the webhook host {NOT_RESOLVED}", code="dns_error")
+    answer: Future[Any] = Future()
+
+    def look_up() -> None:
+        try:
+            answer.set_result(socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM))
+        except BaseException as exc:  # handed to the caller, if it still waits
+            answer.set_exception(exc)
+        finally:
+            _lookup_slot_give()
+
+    threading.Thread(target=look_up, name="address-lookup", daemon=True).start()
+    try:
+        infos = answer.result(timeout=timeout)
+    except FutureTimeoutError:
+        logger.info("lookup of webhook host %r cut off after %g s", hostname, timeout)
+        raise TransientChannelError(f"the webhook host {NOT_RESOLVED} within {timeout:g} s", code="dns_error") from None
+    except (OSError, UnicodeError) as exc:  # socket.gaierror is an OSError
+        logger.info("lookup of webhook host %r failed: %s", hostname, exc)
+        raise TransientChannelError(f"the webhook host {NOT_RESOLVED}", code="dns_error") from None
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise TransientChannelError(f"the webhook host {NOT_RESOLVED}", code="dns_error")
+    return addresses
+
+
 def webhook_target(url: str, *, allow_hosts: tuple[str, ...]) -> WebhookTarget:
-    """Resolve ``url``'s host once and vet every address it has (SSRF guard).
+    """Resolve ``url``'s host once, within ADDRESS_LOOKUP_TIMEOUT_SECONDS, and vet every address
+    it has (SSRF guard).
 
     All addresses are checked, not just the first, and the connection is then made to a vetted
     one: resolving again at connect time would let a DNS answer change in between (rebinding).
@@ -116,22 +195,16 @@ def webhook_target(url: str, *, allow_hosts: tuple[str, ...]) -> WebhookTarget:
         raise PermanentChannelError(f"{url!r} has an invalid port", code="invalid_address") from None
     bracketed = f"[{hostname}]" if ":" in hostname else hostname
     allowed = hostname in allow_hosts or bracketed in allow_hosts or f"{bracketed}:{port}" in allow_hosts
-    try:
-        infos = socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise TransientChannelError(f"could not resolve webhook host {hostname!r}: {exc}", code="dns_error") from exc
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    if not addresses:
-        raise TransientChannelError(f"webhook host {hostname!r} has no addresses", code="dns_error")
+    addresses = host_addresses(hostname, port, timeout=get_config().address_lookup_timeout_seconds)
     if not allowed:
         for address in addresses:
             if _is_internal(address):
+                # The operator's log names the address; the refusal, which a client sees, does not.
+                logger.info("webhook host %r refused: it resolves to %s", hostname, address)
                 raise PermanentChannelError(
-                    f"refusing to send a webhook to {hostname!r}: it resolves to {address}, a private, loopback, "
-                    "link-local, multicast or reserved address, or an IPv6 address carrying such an IPv4 address "
-                    "(list the host or host:port in WEBHOOK_ALLOW_HOSTS to allow it)",
+                    f"refusing to send to the webhook host: it is {NOT_PUBLIC} (a private, loopback, link-local, "
+                    "multicast or reserved one; an operator may list the host or host:port in WEBHOOK_ALLOW_HOSTS)",
                     code="forbidden_target",
-                    extra={"address": address},
                 )
     default_port = port == (443 if parts.scheme == "https" else 80)
     return WebhookTarget(

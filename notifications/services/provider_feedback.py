@@ -26,6 +26,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import metrics
 from ..conf import get_config
 from ..degraded import REDIS_ERRORS
 from ..errors import NotificationError, ValidationFailed
@@ -128,7 +129,21 @@ def _feedback_record(
     )
 
 
-def _notification_by(match: Q, *, channel: str, provider_message_id: str) -> Notification | None:
+def _feedback_ignored(*, provider: str, reason: str, notification: Notification, event: str) -> None:
+    """Log (a warning: it may be a forged event) and count an event that named a notification but
+    does not bind to it; the provider is answered 200 so it does not retry it."""
+    metrics.record_provider_feedback_ignored(provider=provider.lower(), reason=reason)
+    logger.warning(
+        "%s %s ignored for notification %s: %s",
+        provider,
+        event,
+        notification.pk,
+        reason.replace("_", " "),
+        extra={"notification_id": str(notification.pk), "provider": provider, "reason": reason, "event": event},
+    )
+
+
+def _notification_by(match: Q, *, channel: str, provider_message_id: str, provider: str, event: str) -> Notification | None:
     """The notification ``match`` finds on ``channel``. One found by its id (the callback outran
     the send's commit) whose stored message id is another message's (a resend) is not this one's."""
     found = (
@@ -137,6 +152,7 @@ def _notification_by(match: Q, *, channel: str, provider_message_id: str) -> Not
         .first()
     )
     if found is not None and found.provider_message_id not in ("", provider_message_id):
+        _feedback_ignored(provider=provider, reason="message_id_mismatch", notification=found, event=event)
         return None
     return found
 
@@ -209,8 +225,9 @@ def twilio_status_record(*, request_url: str, path: str, params: Mapping[str, li
     notification_id = _as_uuid(_first(parse_qs(urlsplit(path).query), "notification"))
     if notification_id is not None:
         match |= Q(pk=notification_id)
-    notification = _notification_by(match, channel="sms", provider_message_id=message_sid)
-    return _feedback_record(notification, status=status, suppress=suppress, provider="Twilio", event=twilio_status or "callback")
+    event = twilio_status or "callback"
+    notification = _notification_by(match, channel="sms", provider_message_id=message_sid, provider="Twilio", event=event)
+    return _feedback_record(notification, status=status, suppress=suppress, provider="Twilio", event=event)
 
 
 def _first(params: Mapping[str, Any], name: str) -> str:
@@ -316,5 +333,16 @@ def _mailgun_event_record(body: dict[str, Any]) -> FeedbackResult:
     notification_id = _as_uuid(message_id.partition("@")[0])
     if notification_id is not None:
         match |= Q(pk=notification_id)
-    notification = _notification_by(match, channel="email", provider_message_id=stored_id)
+    notification = _notification_by(match, channel="email", provider_message_id=stored_id, provider="Mailgun", event=event)
+    # Mailgun's signature covers only its timestamp and token, not the event: an event counts only
+    # for the address it names, so a signed event cannot bounce or suppress another address.
+    if notification is not None and not _same_email_address(event_data.get("recipient"), notification.address):
+        _feedback_ignored(provider="Mailgun", reason="recipient_mismatch", notification=notification, event=event)
+        return FeedbackResult("ignored")
     return _feedback_record(notification, status=status, suppress=suppress, provider="Mailgun", event=event)
+
+
+def _same_email_address(recipient: Any, address: str) -> bool:
+    """Whether Mailgun's ``recipient`` is ``address``: addresses are stored as accepted (only
+    validated), and providers may change their case, so they are compared case-insensitively."""
+    return isinstance(recipient, str) and bool(recipient.strip()) and recipient.strip().lower() == address.strip().lower()

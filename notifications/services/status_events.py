@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from ..broker_batch import messages_publish
 from ..channels import validate_address
-from ..channels.webhook import webhook_post_signed, webhook_target
+from ..channels.webhook import NOT_PUBLIC, webhook_post_signed, webhook_target
 from ..conf import STATUS_EVENT_ROUTE, get_config
 from ..errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
 from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
@@ -32,6 +32,7 @@ from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventSt
 logger = logging.getLogger("notifications.services")
 
 STATUS_WEBHOOK_FIELD = "status_webhook_url"
+NOT_PUBLIC_ANSWER = f"{STATUS_WEBHOOK_FIELD}: its host is {NOT_PUBLIC} (or could not be resolved)"
 USER_AGENT = "notifications-status/1"
 PROVIDER = "the status webhook endpoint"
 # A post holds its event this long past the worst case of one try (connect and read timeouts), so
@@ -68,7 +69,10 @@ def api_client_set_status_webhook_url(*, client: ApiClient, url: str) -> ApiClie
             validate_address("webhook", url, field=STATUS_WEBHOOK_FIELD)
             webhook_target(url, allow_hosts=get_config().webhook_allow_hosts)
         except ChannelError as exc:
-            raise ValidationFailed(exc.message, extra={"field": STATUS_WEBHOOK_FIELD}) from None
+            # One answer for an internal address and for a name that does not resolve (in time):
+            # telling them apart would say which internal names exist.
+            message = NOT_PUBLIC_ANSWER if exc.code in ("forbidden_target", "dns_error") else exc.message
+            raise ValidationFailed(message, extra={"field": STATUS_WEBHOOK_FIELD}) from None
         except ValueError as exc:  # urlsplit's, e.g. "Invalid IPv6 URL"
             raise ValidationFailed(f"{url!r} is not a valid URL: {exc}", extra={"field": STATUS_WEBHOOK_FIELD}) from None
     ApiClient.objects.filter(pk=client.pk).update(status_webhook_url=url)
