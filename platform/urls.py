@@ -1,12 +1,23 @@
 """Top-level routes: API, health probes, OpenAPI, admin, metrics."""
 
+from pathlib import Path
+
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from notifications.api.unsubscribe import UnsubscribeView
 from notifications.api.views import LivenessView, ReadinessView
 from notifications.metrics import web_metrics_export
+
+# Browsers ask every page's origin for /favicon.ico; a 404 there is an error in each page's console.
+_FAVICON = (Path(__file__).resolve().parent.parent / "notifications" / "static" / "notifications" / "favicon.ico").read_bytes()
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(_FAVICON, content_type="image/x-icon", headers={"Cache-Control": "public, max-age=86400"})
+
 
 urlpatterns = [
     path("api/v1/", include("notifications.api.urls")),
@@ -19,4 +30,5 @@ urlpatterns = [
     path("u/<str:token>", UnsubscribeView.as_view(), name="unsubscribe"),
     # Only the web process loads the URLconf, so only it reads queue sizes and dlq_size on a scrape.
     path("metrics", web_metrics_export, name="prometheus-django-metrics"),
+    path("favicon.ico", favicon, name="favicon"),
 ]
