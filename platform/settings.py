@@ -309,6 +309,7 @@ NOTIFICATIONS = {
     "RETENTION_DAYS": env.int("RETENTION_DAYS", default=None),
     "WEBHOOK_ALLOW_HOSTS": env.list("WEBHOOK_ALLOW_HOSTS", default=None),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("WEBHOOK_TIMEOUT_SECONDS", default=None),
+    "WEBHOOK_CONCURRENCY_PER_CLIENT": env.int("WEBHOOK_CONCURRENCY_PER_CLIENT", default=None),
     "STATUS_WEBHOOK_RETRY_POLICY": env.str("STATUS_WEBHOOK_RETRY_POLICY", default=None),
     # A dotted provider class per channel; unset: the channel registry's default.
     "PROVIDERS": {
