@@ -323,6 +323,7 @@ class TrickledPost:
 
     path: str
     started_at: float  # time.monotonic()
+    idempotency_key: str = ""
     bytes_sent: int = 0
     cut_at: float | None = None
 
@@ -380,7 +381,8 @@ class TricklingReceiver:
             length = int(declared[1]) if declared else 0
             while len(body) < length:
                 body += connection.recv(65536)
-            post = TrickledPost(path=head.split(b" ")[1].decode(), started_at=time.monotonic())
+            key = re.search(rb"(?i)\r\nidempotency-key:\s*([^\r]*)", head)
+            post = TrickledPost(head.split(b" ")[1].decode(), time.monotonic(), key[1].decode() if key else "")
             with self._lock:
                 self.posts.append(post)
                 self.open += 1
