@@ -27,7 +27,7 @@ from .conf import get_config, redis_client
 from .degraded import RedisOutage
 
 # How long after a post's deadline its turn is given back by itself (a worker that died mid-post).
-TURN_GRACE_SECONDS = 30.0
+TURN_GRACE_SECONDS = 5.0
 # How long work that found no free turn waits before it is tried again.
 TURN_WAIT_SECONDS = 1.0
 
