@@ -77,7 +77,8 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_POLICIES": "",
     "SWEEPER_INTERVAL_SECONDS": 1.0,
     "QUEUED_TIMEOUT_SECONDS": 120.0,
-    # Past the actor's time limit (120 s) so a slow send is not recovered while still in flight.
+    # Past the actor's time limit (120 s) so a slow send is not recovered while still in flight;
+    # it must be longer than the send deadlines (WEBHOOK_TIMEOUT_SECONDS, PROVIDER_TIMEOUT_SECONDS).
     "SENDING_TIMEOUT_SECONDS": 300.0,
     "BROKER_DELAY_MAX_SECONDS": 30.0,
     # Ids a delivery message carries when work arrives together (a batch accept, a broadcast, a
@@ -92,10 +93,14 @@ DEFAULTS: dict[str, Any] = {
     "BROADCAST_STALE_SECONDS": 60.0,
     "RETENTION_DAYS": 30,
     "WEBHOOK_ALLOW_HOSTS": [],
+    # The deadline of one webhook or status-webhook post: lookup, connect, send and the whole answer.
     "WEBHOOK_TIMEOUT_SECONDS": 10.0,
     # Longest wait for the name lookup of a webhook or status webhook host (the SSRF guard's): the
     # system resolver's own timeout can be tens of seconds, and an API request waits for it.
     "ADDRESS_LOOKUP_TIMEOUT_SECONDS": 2.0,
+    # Worker threads one client's webhook and status-webhook endpoints may hold at once, over every
+    # worker: a quarter of the 16 threads deploy/ runs (rundramatiq --processes 2 --threads 8).
+    "WEBHOOK_CONCURRENCY_PER_CLIENT": 4,
     # base_seconds:cap_seconds:max_attempts of a status event's posts to its client's
     # status_webhook_url: about an hour and a half of tries before it is dead.
     "STATUS_WEBHOOK_RETRY_POLICY": "10:1800:8",
@@ -109,6 +114,7 @@ DEFAULTS: dict[str, Any] = {
     "FCM_ACCESS_TOKEN": "",
     # Verifies Mailgun's event webhooks (HMAC-SHA256 of timestamp + token); unset, every event is refused.
     "MAILGUN_WEBHOOK_SIGNING_KEY": "",
+    # The deadline of one SMS or push provider call: connect, send and the whole answer.
     "PROVIDER_TIMEOUT_SECONDS": 10.0,
     # Provider failover: backup accounts tried after the primary (TWILIO_*, EMAIL_HOST...) while
     # its circuit is open, as JSON lists (see parse_failover_accounts); and the circuit breaker.
@@ -204,6 +210,7 @@ class NotificationsConfig:
     webhook_allow_hosts: tuple[str, ...]
     webhook_timeout_seconds: float
     address_lookup_timeout_seconds: float
+    webhook_concurrency_per_client: int
     status_webhook_retry_policy: RetryPolicy
     providers: dict[str, str]
     provider_timeout_seconds: float
@@ -227,6 +234,11 @@ class NotificationsConfig:
     # Backup provider accounts by channel, in order (the primary is not listed); and the breaker.
     failover_accounts: dict[str, tuple[FailoverAccount, ...]] = field(default_factory=dict, repr=False)
     circuit: CircuitPolicy = field(default_factory=lambda: CircuitPolicy(5, 60.0, 30.0))
+
+    @property
+    def send_deadline_seconds(self) -> float:
+        """The longest an HTTP send (a webhook, a status webhook, a provider call) may take."""
+        return max(self.webhook_timeout_seconds, self.provider_timeout_seconds)
 
     def retry_policy(self, channel: str) -> RetryPolicy:
         return self.retry_policies.get(channel, self.default_retry_policy)
@@ -394,6 +406,7 @@ def get_config() -> NotificationsConfig:
         _at_least(raw, "RETRY_CAP_SECONDS", 0.001, float),
         _at_least(raw, "RETRY_MAX_ATTEMPTS", 1, int),
     )
+    _lease_longer_than_deadlines(raw, "SENDING_TIMEOUT_SECONDS")
     return NotificationsConfig(
         idempotency_key_ttl_seconds=_at_least(raw, "IDEMPOTENCY_KEY_TTL_SECONDS", 1, int),
         max_message_bytes=_at_least(raw, "MAX_MESSAGE_BYTES", 1, int),
@@ -412,6 +425,7 @@ def get_config() -> NotificationsConfig:
         webhook_allow_hosts=tuple(h.strip().lower() for h in raw["WEBHOOK_ALLOW_HOSTS"] if h.strip()),
         webhook_timeout_seconds=_at_least(raw, "WEBHOOK_TIMEOUT_SECONDS", 0.1, float),
         address_lookup_timeout_seconds=_at_least(raw, "ADDRESS_LOOKUP_TIMEOUT_SECONDS", 0.01, float),
+        webhook_concurrency_per_client=_at_least(raw, "WEBHOOK_CONCURRENCY_PER_CLIENT", 1, int),
         status_webhook_retry_policy=_retry_policy(raw, "STATUS_WEBHOOK_RETRY_POLICY"),
         providers={name: (raw["PROVIDERS"] or {}).get(name) or spec.default_provider for name, spec in CHANNELS.items()},
         provider_timeout_seconds=_at_least(raw, "PROVIDER_TIMEOUT_SECONDS", 0.1, float),
@@ -441,6 +455,19 @@ def get_config() -> NotificationsConfig:
             cooldown_seconds=_at_least(raw, "PROVIDER_CIRCUIT_COOLDOWN_SECONDS", 0.1, float),
         ),
     )
+
+
+def _lease_longer_than_deadlines(raw: dict[str, Any], key: str) -> None:
+    """A lease (how long a claimed send is left alone) must outlast the longest send, or the
+    sweeper takes a send back while it is still in flight and it goes out twice."""
+    lease = _at_least(raw, key, 1, float)
+    for deadline_key in ("WEBHOOK_TIMEOUT_SECONDS", "PROVIDER_TIMEOUT_SECONDS"):
+        deadline = _at_least(raw, deadline_key, 0.1, float)
+        if not lease > deadline:
+            raise ImproperlyConfigured(
+                f"{key} ({lease:g}) must be longer than {deadline_key} ({deadline:g}): a send still in flight "
+                "would be taken back and sent twice"
+            )
 
 
 def _broadcast_batch_size(raw: dict[str, Any]) -> int:

@@ -310,6 +310,7 @@ NOTIFICATIONS = {
     "WEBHOOK_ALLOW_HOSTS": env.list("WEBHOOK_ALLOW_HOSTS", default=None),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("WEBHOOK_TIMEOUT_SECONDS", default=None),
     "ADDRESS_LOOKUP_TIMEOUT_SECONDS": env.float("ADDRESS_LOOKUP_TIMEOUT_SECONDS", default=None),
+    "WEBHOOK_CONCURRENCY_PER_CLIENT": env.int("WEBHOOK_CONCURRENCY_PER_CLIENT", default=None),
     "STATUS_WEBHOOK_RETRY_POLICY": env.str("STATUS_WEBHOOK_RETRY_POLICY", default=None),
     # A dotted provider class per channel; unset: the channel registry's default.
     "PROVIDERS": {

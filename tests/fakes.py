@@ -11,6 +11,8 @@ import email.policy
 import itertools
 import json
 import re
+import select
+import socket
 import threading
 import time
 import uuid
@@ -309,3 +311,110 @@ def smtp_server_fixture() -> Iterator[LocalSmtpServer]:
             yield server
     finally:
         server.stop()
+
+
+# --- A receiver that trickles its answer -------------------------------------------------------
+
+
+@dataclass
+class TrickledPost:
+    """One POST a TricklingReceiver took: when it came, how many bytes of the answer went out,
+    and when the client cut it (None while it is still open)."""
+
+    path: str
+    started_at: float  # time.monotonic()
+    idempotency_key: str = ""
+    bytes_sent: int = 0
+    cut_at: float | None = None
+
+
+class TricklingReceiver:
+    """An HTTP server on 127.0.0.1 that reads a POST and answers it one byte every ``interval``
+    seconds, forever: the status line and headers at once (``trickle_headers=False``, as a slow
+    receiver does) or they too a byte at a time. It records each post, and how many are open at
+    once (``most_open``), until the client gives up."""
+
+    def __init__(self, *, interval: float = 1.0, trickle_headers: bool = False) -> None:
+        self.interval = interval
+        self.trickle_headers = trickle_headers
+        self.posts: list[TrickledPost] = []
+        self.open = 0
+        self.most_open = 0
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self._thread = threading.Thread(target=self._serve, name="trickling-receiver", daemon=True)
+        self._thread.start()
+
+    @property
+    def host_port(self) -> str:
+        return f"127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://{self.host_port}{path}"
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+        self._listener.close()
+
+    def _serve(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(5)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = connection.recv(65536)
+                if not chunk:
+                    return
+                request += chunk
+            head, _, body = request.partition(b"\r\n\r\n")
+            declared = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+            length = int(declared[1]) if declared else 0
+            while len(body) < length:
+                body += connection.recv(65536)
+            key = re.search(rb"(?i)\r\nidempotency-key:\s*([^\r]*)", head)
+            post = TrickledPost(head.split(b" ")[1].decode(), time.monotonic(), key[1].decode() if key else "")
+            with self._lock:
+                self.posts.append(post)
+                self.open += 1
+                self.most_open = max(self.most_open, self.open)
+            headers = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+            pending = b"" if self.trickle_headers else headers
+            trickle = iter((headers if self.trickle_headers else b"") + b"x" * 100000)
+            try:
+                if pending:
+                    connection.sendall(pending)
+                    post.bytes_sent += len(pending)
+                for byte in trickle:
+                    # The client's close shows as a readable socket (EOF) or a failed send.
+                    readable, _, _ = select.select([connection], [], [], self.interval)
+                    if readable or self._stopped.is_set():
+                        break
+                    connection.sendall(bytes([byte]))
+                    post.bytes_sent += 1
+            except OSError:
+                pass
+            finally:
+                post.cut_at = time.monotonic()
+                with self._lock:
+                    self.open -= 1
+
+
+@pytest.fixture(name="trickling_receiver")
+def trickling_receiver_fixture() -> Iterator[TricklingReceiver]:
+    """A TricklingReceiver (headers at once, then a byte a second) the webhook SSRF rules allow."""
+    receiver = TricklingReceiver()
+    try:
+        with override_notifications(WEBHOOK_ALLOW_HOSTS=[receiver.host_port]):
+            yield receiver
+    finally:
+        receiver.stop()

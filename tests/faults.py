@@ -95,6 +95,7 @@ class FaultPlatform:
         self.env = {
             "WEBHOOK_ALLOW_HOSTS": receiver.host_port,
             "WEBHOOK_TIMEOUT_SECONDS": "2",
+            "PROVIDER_TIMEOUT_SECONDS": "2",
             "NOTIFICATIONS_RATE_LIMITS": "webhook=1000/s",
             "RETRY_BASE_SECONDS": "0.1",
             "RETRY_CAP_SECONDS": "0.5",

@@ -65,6 +65,8 @@ def manage_py_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("NOTIFICATIONS_RETRY_POLICIES", "sms=2:1:3", "NOTIFICATIONS_RETRY_POLICIES: 'sms=2:1:3' is not"),
         ("RETENTION_DAYS", "0", "RETENTION_DAYS must be at least 1, got 0"),
         ("SENDING_TIMEOUT_SECONDS", "0", "SENDING_TIMEOUT_SECONDS must be at least 1, got 0.0"),
+        ("SENDING_TIMEOUT_SECONDS", "10", "SENDING_TIMEOUT_SECONDS (10) must be longer than WEBHOOK_TIMEOUT_SECONDS (10)"),
+        ("WEBHOOK_CONCURRENCY_PER_CLIENT", "0", "WEBHOOK_CONCURRENCY_PER_CLIENT must be at least 1, got 0"),
     ],
 )
 def test_an_invalid_setting_in_the_environment_fails_manage_py_check_with_one_line_naming_it(

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
+import urllib3
+from requests.adapters import HTTPAdapter
 
 from .base import PermanentChannelError, TransientChannelError
+from .deadline import DEADLINE_POOL_CLASSES, http_deadline
 
 # Says what went wrong in a provider's own words, from its error body (status, parsed JSON, text).
 DescribeError = Callable[[Any, str], str]
@@ -21,6 +25,8 @@ ErrorCode = Callable[[Any], str]
 
 # How much of a provider's error body is kept in the error message (and so on the DeliveryAttempt).
 ERROR_TEXT_LIMIT = 500
+# How much of a provider's answer is read: its JSON says what it did; the rest is not read.
+RESPONSE_READ_LIMIT = 64 * 1024
 
 _sessions = threading.local()
 
@@ -110,12 +116,31 @@ def require_settings(channel: str, values: Mapping[str, str]) -> None:
         raise PermanentChannelError(f"the {channel} channel is not configured: set {', '.join(missing)}", code="not_configured")
 
 
+class _DeadlineAdapter(HTTPAdapter):
+    """requests' adapter whose connections keep to the deadline of ``http_deadline`` (deadline.py)."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(DEADLINE_POOL_CLASSES)
+
+
 def _session() -> requests.Session:
     # One session per worker thread: connection reuse without sharing a Session across threads.
     session: requests.Session | None = getattr(_sessions, "session", None)
     if session is None:
         session = _sessions.session = requests.Session()
+        for prefix in ("http://", "https://"):
+            session.mount(prefix, _DeadlineAdapter())
     return session
+
+
+@dataclass(frozen=True)
+class ProviderAnswer:
+    """A provider's 2xx answer: its status, headers and (the first RESPONSE_READ_LIMIT bytes of) body."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    text: str
 
 
 def provider_post(
@@ -126,17 +151,26 @@ def provider_post(
     describe: DescribeError = describe_plain,
     error_code: ErrorCode | None = None,
     **kwargs: Any,
-) -> requests.Response:
-    """POST to a provider's API; returns a 2xx response or raises the channel error it means."""
-    try:
-        response = _session().post(url, timeout=(timeout, timeout), allow_redirects=False, **kwargs)
-    except requests.Timeout as exc:
-        raise TransientChannelError(f"{provider} did not answer within {timeout:g}s", code="timeout") from exc
-    except requests.ConnectionError as exc:
-        raise TransientChannelError(f"could not reach {provider}: {exc}", code="connection_error") from exc
-    except requests.RequestException as exc:
-        raise TransientChannelError(f"{provider} request failed: {exc}", code="request_error") from exc
-    raise_for_status(
-        response.status_code, response.headers, response.text, provider=provider, describe=describe, error_code=error_code
-    )
-    return response
+) -> ProviderAnswer:
+    """POST to a provider's API; returns a 2xx answer or raises the channel error it means.
+
+    ``timeout`` is a deadline for the whole call (connect, send and the whole answer), not for
+    each socket operation: a provider that trickles its answer is cut there."""
+    with http_deadline(timeout) as deadline:
+        try:
+            with _session().post(
+                url, timeout=(deadline.per_operation(), deadline.per_operation()), allow_redirects=False, stream=True, **kwargs
+            ) as response:
+                content = response.raw.read(RESPONSE_READ_LIMIT, decode_content=True)
+                text = content.decode(response.encoding or "utf-8", "replace")
+        except (requests.Timeout, urllib3.exceptions.TimeoutError) as exc:
+            raise TransientChannelError(f"{provider} did not answer in time: {deadline.exceeded()}", code="timeout") from exc
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            # Reading the body as it streams raises urllib3's own errors, not requests' wrappers.
+            if deadline.expired():
+                raise TransientChannelError(f"{provider} did not answer in time: {deadline.exceeded()}", code="timeout") from exc
+            if isinstance(exc, requests.ConnectionError):
+                raise TransientChannelError(f"could not reach {provider}: {exc}", code="connection_error") from exc
+            raise TransientChannelError(f"{provider} request failed: {exc}", code="request_error") from exc
+    raise_for_status(response.status_code, response.headers, text, provider=provider, describe=describe, error_code=error_code)
+    return ProviderAnswer(response.status_code, response.headers, text)

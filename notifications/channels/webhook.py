@@ -29,6 +29,7 @@ from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
 
 from ..conf import get_config
 from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
+from .deadline import Deadline, DeadlineHTTPConnectionPool, DeadlineHTTPSConnectionPool, http_deadline
 from .http import raise_for_status
 
 logger = logging.getLogger("notifications.channels")
@@ -230,20 +231,24 @@ def webhook_post_signed(
     """POST ``body`` (JSON) to ``url``, vetted by the SSRF guard, signed with ``secret`` over
     ``timestamp`` (X-Timestamp, X-Signature) and carrying ``Idempotency-Key``; the answer's status
     and headers on 2xx, else the channel error it means (``provider`` names the receiver in it).
-    The webhook channel and the status webhooks (services/status_events.py) both post this way."""
+    The webhook channel and the status webhooks (services/status_events.py) both post this way.
+
+    The lookup, connect, send and the whole answer share one deadline, WEBHOOK_TIMEOUT_SECONDS: a
+    receiver that trickles its answer is cut there (a transient ``timeout``)."""
     if not secret:
         raise PermanentChannelError("the API client has no webhook secret to sign with", code="not_configured")
     config = get_config()
-    target = webhook_target(url, allow_hosts=config.webhook_allow_hosts)
-    headers = {
-        "Host": target.host_header,
-        "Content-Type": "application/json",
-        "User-Agent": user_agent,
-        "X-Timestamp": timestamp,
-        "X-Signature": webhook_signature(secret, timestamp, body),
-        "Idempotency-Key": idempotency_key,
-    }
-    status, response_headers, text = _post(target, body.encode(), headers, timeout=config.webhook_timeout_seconds)
+    with http_deadline(config.webhook_timeout_seconds) as deadline:
+        target = webhook_target(url, allow_hosts=config.webhook_allow_hosts)
+        headers = {
+            "Host": target.host_header,
+            "Content-Type": "application/json",
+            "User-Agent": user_agent,
+            "X-Timestamp": timestamp,
+            "X-Signature": webhook_signature(secret, timestamp, body),
+            "Idempotency-Key": idempotency_key,
+        }
+        status, response_headers, text = _post(target, body.encode(), headers, deadline=deadline)
     raise_for_status(status, response_headers, text, provider=provider)
     return status, response_headers
 
@@ -274,13 +279,15 @@ class WebhookProvider:
 
 
 def _post(
-    target: WebhookTarget, body: bytes, headers: dict[str, str], *, timeout: float
+    target: WebhookTarget, body: bytes, headers: dict[str, str], *, deadline: Deadline
 ) -> tuple[int, urllib3.HTTPHeaderDict, str]:
     pool: urllib3.HTTPConnectionPool
-    limits = urllib3.Timeout(connect=timeout, read=timeout)
+    if deadline.expired():  # the lookup took it all
+        raise TransientChannelError(f"{target.host_header}: {deadline.exceeded()}", code="timeout")
+    limits = deadline.timeout()
     if target.scheme == "https":
         # Connect to the vetted address but check the certificate (and send SNI) for the name.
-        pool = urllib3.HTTPSConnectionPool(
+        pool = DeadlineHTTPSConnectionPool(
             target.address,
             target.port,
             server_hostname=target.hostname,
@@ -292,7 +299,7 @@ def _post(
             maxsize=1,
         )
     else:
-        pool = urllib3.HTTPConnectionPool(target.address, target.port, timeout=limits, retries=False, maxsize=1)
+        pool = DeadlineHTTPConnectionPool(target.address, target.port, timeout=limits, retries=False, maxsize=1)
     try:
         with pool:
             response = pool.urlopen(
@@ -302,12 +309,18 @@ def _post(
                 text = response.read(RESPONSE_READ_LIMIT).decode("utf-8", "replace")
             finally:
                 response.release_conn()
-    except NewConnectionError as exc:
-        raise TransientChannelError(f"could not connect to {target.host_header}: {exc}", code="connection_error") from exc
-    except Urllib3TimeoutError as exc:
-        raise TransientChannelError(f"{target.host_header} did not answer within {timeout:g}s", code="timeout") from exc
-    except SSLError as exc:
-        raise TransientChannelError(f"TLS with {target.host_header} failed: {exc}", code="tls_error") from exc
     except (HTTPError, OSError) as exc:
-        raise TransientChannelError(f"webhook request to {target.host_header} failed: {exc}", code="connection_error") from exc
+        raise _channel_error(target, exc, deadline) from exc
     return response.status, response.headers, text
+
+
+def _channel_error(target: WebhookTarget, exc: Exception, deadline: Deadline) -> TransientChannelError:
+    # urllib3's NewConnectionError (refused, unreachable) is a subclass of its TimeoutError.
+    if isinstance(exc, NewConnectionError) and not deadline.expired():
+        return TransientChannelError(f"could not connect to {target.host_header}: {exc}", code="connection_error")
+    if isinstance(exc, Urllib3TimeoutError | TimeoutError) or deadline.expired():
+        # However the cut surfaced (a read timeout, a send aborted mid-way), it is the deadline's.
+        return TransientChannelError(f"{target.host_header} did not answer in time: {deadline.exceeded()}", code="timeout")
+    if isinstance(exc, SSLError):
+        return TransientChannelError(f"TLS with {target.host_header} failed: {exc}", code="tls_error")
+    return TransientChannelError(f"webhook request to {target.host_header} failed: {exc}", code="connection_error")

@@ -21,6 +21,7 @@ from django.utils import timezone
 from .. import metrics, tracing
 from ..channels import OutgoingMessage, SendResult, channel_spec
 from ..channels.providers import provider_account
+from ..concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
 from ..conf import get_config
 from ..errors import (
     PermanentChannelError,
@@ -112,7 +113,11 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
                 break
             taken, waiting = waiting[:chunk], waiting[chunk:]
             chunk_started = time.monotonic()
-            left, wait = _chunk_deliver(channel, taken, outcomes, deadline=started + BATCH_SECONDS)
+            left, wait, turn_waiting = _chunk_deliver(channel, taken, outcomes, deadline=started + BATCH_SECONDS)
+            if turn_waiting:
+                # Their client's webhook turns are all out: they come back in a moment, the rest go on.
+                come_back += turn_waiting
+                retry_after = max(retry_after, TURN_WAIT_SECONDS)
             if left:
                 come_back += left + waiting
                 retry_after = max(retry_after, wait)
@@ -129,9 +134,10 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
 
 def _chunk_deliver(
     channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], *, deadline: float
-) -> tuple[list[str], float]:
+) -> tuple[list[str], float, list[str]]:
     """Slots, claim, sends and records of one chunk of a channel; returns the ids that found no
-    slot, or no time before ``deadline``, and when to come back for them."""
+    slot, or no time before ``deadline``, and when to come back for them; and the ids whose
+    client had no webhook turn free (concurrency.py), given back unsent too."""
     reservation = reserve_send_slot(channel_spec(channel).rate_limit_bucket, account=provider_account(channel), count=len(ids))
     if not reservation.reserved:
         metrics.record_rate_limited(channel=channel)
@@ -140,22 +146,35 @@ def _chunk_deliver(
             # consumer timeout for a slow limit (10/m in tests/test_faults.py, 1/h in production):
             # the channel is closed and every unacked message on it comes back.
             _hold(ids, seconds=reservation.wait_seconds, outcomes=outcomes)
-            return [], 0.0
-        return ids, reservation.wait_seconds
+            return [], 0.0, []
+        return ids, reservation.wait_seconds, []
     slotted, left = ids[: reservation.slots], ids[reservation.slots :]
     reserved_at = time.monotonic()
     claimed = _notifications_claim(slotted)
+    # No send starts on a claim the sweeper could take back (SENDING_TIMEOUT_SECONDS) before the
+    # send's deadline has passed: it would be sent twice.
+    config = get_config()
+    last_start = min(deadline, time.monotonic() + config.sending_timeout_seconds - config.send_deadline_seconds)
     sent: list[_Sent] = []
+    turn_waiting: list[Notification] = []
     tried = 0
     try:
         for index, (notification, attempt) in enumerate(claimed):
-            if time.monotonic() > deadline:
+            if time.monotonic() > last_start:
                 break  # a slow provider: what is left goes back rather than past the time limit
             pause = reserved_at + reservation.slot_wait(index) - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
             tried += 1
-            result = _notification_send(notification, attempt)
+            turn = _client_turn(notification)
+            if turn is None:
+                turn_waiting.append(notification)
+                continue
+            try:
+                result = _notification_send(notification, attempt)
+            finally:
+                if isinstance(turn, WebhookTurn):
+                    turn.release()
             if isinstance(result, _Sent):
                 sent.append(result)
             else:
@@ -166,10 +185,18 @@ def _chunk_deliver(
         # ``sending`` for the sweeper to count as interrupted attempts.
         outcomes.update(_deliveries_record(sent))
         untried = [notification for notification, _ in claimed[tried:]]
-        if untried:
-            Notification.claims_release([n.pk for n in untried], claimed_at=claimed[0][1].started_at)
+        if untried or turn_waiting:
+            Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
     left = [str(n.pk) for n in untried] + left
-    return left, max(_come_back_after(reservation, left), 0.001 if untried else 0.0)
+    return left, max(_come_back_after(reservation, left), 0.001 if untried else 0.0), [str(n.pk) for n in turn_waiting]
+
+
+def _client_turn(notification: Notification) -> WebhookTurn | bool | None:
+    """A webhook's client turn (WEBHOOK_CONCURRENCY_PER_CLIENT), None when none is free; True for
+    the other channels, whose providers are shared by every client and rate limited instead."""
+    if notification.channel != "webhook":
+        return True
+    return webhook_turn_take(client_id=notification.client_id)
 
 
 def _hold(ids: list[str], *, seconds: float, outcomes: dict[str, DeliveryOutcome]) -> None:

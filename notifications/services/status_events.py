@@ -25,6 +25,7 @@ from django.utils import timezone
 from ..broker_batch import messages_publish
 from ..channels import validate_address
 from ..channels.webhook import NOT_PUBLIC, webhook_post_signed, webhook_target
+from ..concurrency import TURN_WAIT_SECONDS, webhook_turn_take
 from ..conf import STATUS_EVENT_ROUTE, get_config
 from ..errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
 from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
@@ -35,7 +36,7 @@ STATUS_WEBHOOK_FIELD = "status_webhook_url"
 NOT_PUBLIC_ANSWER = f"{STATUS_WEBHOOK_FIELD}: its host is {NOT_PUBLIC} (or could not be resolved)"
 USER_AGENT = "notifications-status/1"
 PROVIDER = "the status webhook endpoint"
-# A post holds its event this long past the worst case of one try (connect and read timeouts), so
+# A post holds its event this long past its deadline (WEBHOOK_TIMEOUT_SECONDS, the whole post), so
 # a duplicate message cannot post it at the same time; a worker that dies mid-post frees it then.
 LEASE_GRACE_SECONDS = 30.0
 SWEEP_BATCH = 500
@@ -236,21 +237,27 @@ def status_event_payload(event: StatusEvent) -> dict[str, Any]:
 
 def status_event_deliver(*, event_id: Any) -> str:
     """Post one pending, due event to its client's status_webhook_url: "delivered", "retrying",
-    "dead", or "skipped" when it is not pending and due (a duplicate message, a post in flight).
+    "dead", "waiting" when its client's webhook turns are all out (it comes back in a moment, not
+    an attempt), or "skipped" when it is not pending and due (a duplicate message, a post in flight).
 
     The claim is one conditional UPDATE that moves ``next_attempt_at`` to the end of a lease, so
     a second message finds the event not due, and the sweeper finds it again if this worker dies.
-    The outcome is written only while that claim is current.
+    The lease outlasts the post's deadline, so no second post starts while one is in flight. The
+    outcome is written only while that claim is current.
     """
     config = get_config()
     now = timezone.now()
-    lease_until = now + timedelta(seconds=2 * config.webhook_timeout_seconds + LEASE_GRACE_SECONDS)
+    lease_until = now + timedelta(seconds=config.webhook_timeout_seconds + LEASE_GRACE_SECONDS)
     claimed = StatusEvent.objects.filter(
         pk=event_id, state=StatusEventState.PENDING, next_attempt_at__lte=now + timedelta(seconds=1)
     ).update(next_attempt_at=lease_until, enqueued_at=None, attempt_count=F("attempt_count") + 1)
     if not claimed:
         return "skipped"
     event = StatusEvent.objects.select_related("client").get(pk=event_id)
+    # Status posts take from the same per-client turns as the client's webhook notifications.
+    turn = webhook_turn_take(client_id=event.client_id)
+    if turn is None:
+        return _wait_for_turn(event, lease_until)
     try:
         _post(event)
     except PermanentChannelError as exc:
@@ -260,10 +267,28 @@ def status_event_deliver(*, event_id: Any) -> str:
     except Exception as exc:
         logger.exception("posting status event %s failed unexpectedly", event.pk)
         return _finish_failed(event, lease_until, exc, retry=True)
+    finally:
+        turn.release()
     StatusEvent.objects.filter(pk=event.pk, state=StatusEventState.PENDING, next_attempt_at=lease_until).update(
         state=StatusEventState.DELIVERED, delivered_at=timezone.now(), last_error=""
     )
     return "delivered"
+
+
+def _wait_for_turn(event: StatusEvent, lease_until: datetime) -> str:
+    """Give the claim back as if never made (not an attempt) and come back after TURN_WAIT_SECONDS."""
+    now = timezone.now()
+    given_back = StatusEvent.objects.filter(pk=event.pk, state=StatusEventState.PENDING, next_attempt_at=lease_until).update(
+        next_attempt_at=now, enqueued_at=now, attempt_count=F("attempt_count") - 1
+    )
+    if not given_back:
+        return "skipped"
+    try:
+        dramatiq.get_broker().enqueue(status_event_message(event_id=event.pk), delay=int(TURN_WAIT_SECONDS * 1000))
+    except Exception:
+        logger.warning("could not publish status event %s again; the sweeper will", event.pk, exc_info=True)
+        StatusEvent.objects.filter(pk=event.pk, enqueued_at=now).update(enqueued_at=None)
+    return "waiting"
 
 
 def _post(event: StatusEvent) -> None:
