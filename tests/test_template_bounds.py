@@ -203,3 +203,32 @@ def test_the_admin_preview_and_send_test_stop_at_the_budget_with_a_message(
     assert any(m.startswith("Test not sent: the template's render exceeded 0.3 s") for m in messages_of(sent))
     assert not smtp_server.received
     assert preview_seconds < 2 and send_seconds < 2
+
+
+def test_at_the_default_budget_a_preview_that_loops_over_its_data_is_400_within_about_a_second(api: APIClient) -> None:
+    assert put_body(api, "square", SQUARE).status_code == 201
+
+    response, seconds = timed(lambda: preview(api, "square", {"items": list(range(3000))}))
+
+    assert response.status_code == 400, response.content[:200]
+    assert response.json()["error"] == {
+        "code": "render_limit",
+        "message": "the template's render exceeded 1 s",
+        "field": "template",
+    }
+    assert seconds < 2.5
+
+
+def test_a_batchs_renders_share_one_budget_so_ten_slow_items_stop_within_about_a_second(api: APIClient) -> None:
+    assert put_body(api, "square", SQUARE).status_code == 201
+    item = {"user_id": "u1", "to": "ann@example.com", "template": "square", "data": {"items": list(range(3000))}}
+
+    response, seconds = timed(lambda: api.post("/api/v1/notifications/batch", {"notifications": [item] * 10}, format="json"))
+
+    assert response.status_code == 202, response.content[:300]
+    errors = [result["error"] for result in response.json()["results"]]
+    assert {(error["code"], error["message"]) for error in errors} == {
+        ("render_limit", "the batch's template renders exceeded 1 s")
+    }
+    assert seconds < 3  # 10 s were each item given 1 s of its own
+    assert not Notification.objects.exists()

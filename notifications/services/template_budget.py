@@ -20,8 +20,9 @@ class RenderBudget:
     ``max_bytes`` of output per part (counted in characters while rendering, never more than the
     bytes; the finished part is measured in bytes)."""
 
-    def __init__(self, *, seconds: float, max_bytes: int):
+    def __init__(self, *, seconds: float, max_bytes: int, what: str = "the template's render"):
         self.seconds = seconds
+        self.what = what
         self.deadline = time.monotonic() + seconds
         self.max_bytes = max_bytes
         self.written = 0
@@ -34,7 +35,7 @@ class RenderBudget:
 
     def step(self) -> None:
         if time.monotonic() > self.deadline:
-            raise RenderLimitExceeded(f"the template's render exceeded {self.seconds:g} s", extra={"field": "template"})
+            raise RenderLimitExceeded(f"{self.what} exceeded {self.seconds:g} s", extra={"field": "template"})
 
     def write(self, size: int) -> None:
         self.written += size
@@ -50,15 +51,48 @@ class RenderBudget:
 _BUDGET: contextvars.ContextVar[RenderBudget | None] = contextvars.ContextVar("template_render_budget", default=None)
 
 
+class RenderPool:
+    """Render time shared by the renders of one request that makes many messages (a batch), so
+    its renders together stop at ``seconds`` of render work, not at ``seconds`` each."""
+
+    def __init__(self, *, seconds: float, what: str):
+        self.seconds = seconds
+        self.what = what
+        self.spent = 0.0
+
+
+_POOL: contextvars.ContextVar[RenderPool | None] = contextvars.ContextVar("template_render_pool", default=None)
+
+
+@contextlib.contextmanager
+def render_pool(*, seconds: float, what: str) -> Iterator[RenderPool]:
+    """The renders inside (each under its own render_budget) share ``seconds`` of render work."""
+    pool = RenderPool(seconds=seconds, what=what)
+    token = _POOL.set(pool)
+    try:
+        yield pool
+    finally:
+        _POOL.reset(token)
+
+
 @contextlib.contextmanager
 def render_budget(*, seconds: float, max_bytes: int) -> Iterator[RenderBudget]:
-    """Renders inside are bounded by one budget (one message: its subject, body and HTML part)."""
-    budget = RenderBudget(seconds=seconds, max_bytes=max_bytes)
+    """Renders inside are bounded by one budget (one message: its subject, body and HTML part);
+    inside a render_pool, by what is left of the pool's too."""
+    pool = _POOL.get()
+    if pool is not None and pool.seconds - pool.spent <= seconds:
+        budget = RenderBudget(seconds=pool.seconds, max_bytes=max_bytes, what=pool.what)
+        budget.deadline = time.monotonic() + (pool.seconds - pool.spent)
+    else:
+        budget = RenderBudget(seconds=seconds, max_bytes=max_bytes)
+    started = time.monotonic()
     token = _BUDGET.set(budget)
     try:
         yield budget
     finally:
         _BUDGET.reset(token)
+        if pool is not None:
+            pool.spent += time.monotonic() - started
 
 
 def counted(render_annotated: Callable[[Any], Any]) -> Callable[[Any], Any]:
