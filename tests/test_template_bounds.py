@@ -102,6 +102,7 @@ def test_a_bomb_stored_before_the_checks_is_refused_at_preview_not_rendered(api:
 
     assert response.status_code == 400, response.content
     assert response.json()["error"]["field"] == "template"
+    assert response.json()["error"]["message"].startswith("the template is refused: ")
     assert seconds < 5
 
 

@@ -196,6 +196,8 @@ def _render(source: str, data: dict[str, Any], *, html: bool, budget: RenderBudg
         name = exc.name
     except VariableDoesNotExist as exc:  # a filter's argument: {{ a|default:b }} without b
         name = str(exc.params[0]) if exc.params else "?"
+    except TemplateRefused as exc:  # saved before today's bounds: never rendered
+        raise ValidationFailed(f"the template is refused: {exc}", extra={"field": "template"}) from None
     except TemplateSyntaxError as exc:  # saved before the checks (the admin's raw form, say)
         raise ValidationFailed(f"the template does not compile: {exc}", extra={"field": "template"}) from None
     raise ValidationFailed(f"the template uses {{{{ {name} }}}} but data has no {name!r}", extra={"field": f"data.{name}"})
