@@ -233,3 +233,23 @@ def test_a_batchs_renders_share_one_budget_so_ten_slow_items_stop_within_about_a
     }
     assert seconds < 3  # 10 s were each item given 1 s of its own
     assert not Notification.objects.exists()
+
+
+@override_notifications(MAX_MESSAGE_BYTES=1000)
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{{ text" + "|escapejs" * 40 + " }}",  # six times longer at each filter: 6**40 within one node
+        "{% with a=text|add:text %}{% with b=a|add:a %}{% with c=b|add:b %}{% with d=c|add:c %}"
+        "{% with e=d|add:d %}{% with f=e|add:e %}{{ f|length }}"
+        "{% endwith %}{% endwith %}{% endwith %}{% endwith %}{% endwith %}{% endwith %}",
+    ],
+    ids=["escapejs-chain", "doubling-withs"],
+)
+def test_a_filter_that_multiplies_its_input_stops_at_max_message_bytes_within_the_node(api: APIClient, body: str) -> None:
+    assert put_body(api, "growing", body).status_code == 201
+
+    response = preview(api, "growing", {"text": "\\" * 100})
+
+    assert response.status_code == 400, response.content[:200]
+    assert response.json()["error"]["code"] == "render_limit"

@@ -109,27 +109,29 @@ def _join_check(value: Any, arg: Any) -> None:
         budget.exceeded()
 
 
+def _size_check(result: Any) -> None:
+    """A filter's result no longer than MAX_MESSAGE_BYTES: a filter can multiply its input
+    (``escapejs`` six times, ``add`` twice), so a chain of them, or ``{% with %}`` inside ``{%
+    with %}``, would grow it exponentially within one node, between two of the budget's steps."""
+    budget = current_budget()
+    if budget is not None and isinstance(result, (str, list, tuple)) and len(result) > budget.max_bytes:
+        budget.exceeded()
+
+
 def _bounded(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     """``func`` with its argument checked first (the same check as when stored, for an argument
-    that comes from data)."""
+    that comes from data) and its result's size after."""
     check = _ARGUMENT_CHECKS.get(name)
 
-    if name == "join":
-
-        @functools.wraps(func)
-        def joined(value: Any, arg: Any, *args: Any, **kwargs: Any) -> Any:
-            _join_check(value, arg)
-            return func(value, arg, *args, **kwargs)
-
-        return joined
-    if check is None:
-        return func
-
     @functools.wraps(func)
-    def bounded(value: Any, arg: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if arg is not None:
-            check(name, arg)
-        return func(value, arg, *args, **kwargs) if arg is not None else func(value, *args, **kwargs)
+    def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and name == "join":
+            _join_check(value, args[0])
+        elif args and check is not None:
+            check(name, args[0])
+        result = func(value, *args, **kwargs)
+        _size_check(result)
+        return result
 
     return bounded
 
