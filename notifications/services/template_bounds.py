@@ -111,8 +111,9 @@ def _join_check(value: Any, arg: Any) -> None:
 
 def _size_check(result: Any) -> None:
     """A filter's result no longer than MAX_MESSAGE_BYTES: a filter can multiply its input
-    (``escapejs`` six times, ``add`` twice), so a chain of them, or ``{% with %}`` inside ``{%
-    with %}``, would grow it exponentially within one node, between two of the budget's steps."""
+    (``addslashes`` doubles every backslash, ``add`` a value with itself), so a chain of them, or
+    ``{% with %}`` inside ``{% with %}``, would grow it exponentially within one node, between two
+    of the budget's steps."""
     budget = current_budget()
     if budget is not None and isinstance(result, (str, list, tuple)) and len(result) > budget.max_bytes:
         budget.exceeded()
