@@ -8,13 +8,15 @@ import json
 import time
 from typing import Any
 
+import dramatiq
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from notifications.models import Notification, NotificationTemplate
+from notifications import services
+from notifications.models import Digest, Notification, NotificationTemplate, Status
 
-from .factories import make_template
+from .factories import accept_notification, make_api_client, make_template
 from .fakes import LocalSmtpServer, override_notifications, smtp_server_fixture  # noqa: F401  (fixture)
 from .test_admin import messages_of
 from .test_admin_templates import TEMPLATES_URL, superuser, variant_form  # noqa: F401  (fixture)
@@ -253,3 +255,29 @@ def test_a_filter_that_multiplies_its_input_stops_at_max_message_bytes_within_th
 
     assert response.status_code == 400, response.content[:200]
     assert response.json()["error"]["code"] == "render_limit"
+
+
+def test_a_digest_whose_close_render_passes_the_budget_is_sent_as_a_failed_notification_saying_so(
+    broker: dramatiq.Broker, db: None
+) -> None:
+    template = make_template("activity", subject="", body="{{ count }} updates", html_body="")
+    client, _ = make_api_client()
+    accept_notification(
+        client,
+        message="",
+        template="activity",
+        data={"xs": list(range(3000))},
+        digest=services.DigestRequest(key="activity", window_seconds=60),
+    )
+    # Edited since (a client's PUT would store it: it loops over data): 9 million steps at the close.
+    template.variants.update(
+        body="{% for item in items %}{% for a in item.xs %}{% for b in item.xs %}{% endfor %}{% endfor %}{% endfor %}"
+    )
+    digest = Digest.objects.get()
+
+    result, seconds = timed(lambda: services.digest_close(digest_id=digest.pk, now=digest.closes_at))
+
+    sent = Notification.objects.get(pk=result.notification_id)
+    assert (sent.status, sent.enqueued_at) == (Status.FAILED, None)
+    assert "the template's render exceeded 1 s" in sent.last_error
+    assert seconds < 2.5
