@@ -70,6 +70,9 @@ _THROTTLE_RATE_RE = re.compile(r"^[1-9]\d*/(s|sec|second|m|min|minute|h|hour|d|d
 DEFAULTS: dict[str, Any] = {
     "IDEMPOTENCY_KEY_TTL_SECONDS": 24 * 3600,
     "MAX_MESSAGE_BYTES": 64 * 1024,
+    # A message's render (subject, body, HTML part) stops after this much work: a template that
+    # loops over large data fails, as one that renders past MAX_MESSAGE_BYTES does.
+    "TEMPLATE_RENDER_SECONDS": 1.0,
     "RATE_LIMITS": "email=50/s,sms=10/s,push=100/s,webhook=20/s",
     "RETRY_BASE_SECONDS": 5.0,
     "RETRY_CAP_SECONDS": 300.0,
@@ -195,6 +198,7 @@ class EventsConfig:
 class NotificationsConfig:
     idempotency_key_ttl_seconds: int
     max_message_bytes: int
+    template_render_seconds: float
     rate_limits: dict[str, RateLimit]
     default_retry_policy: RetryPolicy
     retry_policies: dict[str, RetryPolicy]
@@ -410,6 +414,7 @@ def get_config() -> NotificationsConfig:
     return NotificationsConfig(
         idempotency_key_ttl_seconds=_at_least(raw, "IDEMPOTENCY_KEY_TTL_SECONDS", 1, int),
         max_message_bytes=_at_least(raw, "MAX_MESSAGE_BYTES", 1, int),
+        template_render_seconds=_at_least(raw, "TEMPLATE_RENDER_SECONDS", 0.001, float),
         rate_limits=parse_rate_limits(raw["RATE_LIMITS"]),
         default_retry_policy=default_policy,
         retry_policies=parse_retry_policies(raw["RETRY_POLICIES"]),

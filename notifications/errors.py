@@ -24,6 +24,13 @@ class ValidationFailed(NotificationError):
     code = "invalid"
 
 
+class RenderLimitExceeded(ValidationFailed):
+    """A template's render stopped at its bound: its output past MAX_MESSAGE_BYTES, its work past
+    TEMPLATE_RENDER_SECONDS, or a filter's width beyond the limit (``extra['field']``: template)."""
+
+    code = "render_limit"
+
+
 class NotFound(NotificationError):
     code = "not_found"
 

@@ -293,6 +293,7 @@ SPECTACULAR_SETTINGS = {
 NOTIFICATIONS = {
     "IDEMPOTENCY_KEY_TTL_SECONDS": env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=None),
     "MAX_MESSAGE_BYTES": env.int("MAX_MESSAGE_BYTES", default=None),
+    "TEMPLATE_RENDER_SECONDS": env.float("TEMPLATE_RENDER_SECONDS", default=None),
     "RATE_LIMITS": env.str("NOTIFICATIONS_RATE_LIMITS", default=None),
     "RETRY_BASE_SECONDS": env.float("RETRY_BASE_SECONDS", default=None),
     "RETRY_CAP_SECONDS": env.float("RETRY_CAP_SECONDS", default=None),

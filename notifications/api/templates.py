@@ -109,7 +109,7 @@ class TemplateView(APIView):
         {
             200: OpenApiResponse(TemplateSerializer, description="Its variants replaced."),
             201: OpenApiResponse(TemplateSerializer, description="Created."),
-            400: "The key, or a variant: a part that does not compile, a second variant of one channel and locale, "
+            400: "The key, or a variant: a part that does not compile or uses what a template may not, a second variant of one channel and locale, "
             "html_body not for email, a subject with a line break, an empty body; `field` names it, e.g. variants[0].body.",
         },
         request=TemplateReplaceSerializer,
@@ -131,7 +131,7 @@ class TemplatePreviewView(APIView):
         {
             200: PreviewSerializer,
             400: "No variant for the channel (in the locale or its fallbacks), or a variable the template uses "
-            "is missing from data (`field` is data.<name>).",
+            "is missing from data (`field` is data.<name>), or the render past its time or output bound (render_limit).",
             404: NO_TEMPLATE,
         },
         request=PreviewRequestSerializer,

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import metrics, tracing
+from ..conf import get_config
 from ..errors import NotificationError
 from ..logging import request_id_var
 from ..models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
@@ -30,6 +31,7 @@ from .caps import CapSlot, recipient_cap_take
 from .digests import digest_refused_in_batch
 from .outbox import notification_enqueued_state, notifications_publish
 from .status_events import status_event_record
+from .template_budget import render_pool
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,13 @@ def notification_accept_batch_into(
     published after it in one round trip. Only an item whose key was taken (a replay, a concurrent
     request, a key repeated within the batch) costs a read of its key, after the write; one whose
     key had expired is accepted on its own, which replaces the key as a single accept does."""
+    # Its renders share one TEMPLATE_RENDER_SECONDS: a batch of 100 bombs holds this thread (an
+    # API batch's, or a web process's accept-group leader, maybe another client's) 1 s, not 100.
+    with render_pool(seconds=get_config().template_render_seconds, what="the batch's template renders"):
+        return _accept_batch(client=client, items=items)
+
+
+def _accept_batch(*, client: ApiClient, items: list[BatchItem]) -> list[AcceptResult | NotificationError]:
     now = timezone.now()
     first_of_key: dict[str, int] = {}
     for index, item in enumerate(items):

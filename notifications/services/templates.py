@@ -11,23 +11,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.template import Context, Engine, Library, Template, TemplateSyntaxError, VariableDoesNotExist
+from django.template import Context, Template, TemplateSyntaxError, VariableDoesNotExist
 
 from ..channels import CHANNEL_NAMES, OutgoingMessage, SendResult, validate_address
 from ..channels.providers import get_provider
 from ..conf import get_config
-from ..errors import ValidationFailed
+from ..errors import RenderLimitExceeded, ValidationFailed
 from ..locales import locale_fallbacks, locale_normalize
 from ..models import ApiClient, NotificationTemplate, TemplateVariant
 from ..selectors import template_variants_for
 from .preferences import key_check
+from .template_bounds import TemplateRefused, template_compile, template_engine
+from .template_budget import RenderBudget, render_budget
 
 MAX_VARIANTS = 100
 VARIANT_FIELDS = ("channel", "locale", "subject", "body", "html_body")
 MAX_SOURCE_BYTES = 64 * 1024
-# Tags that reach beyond the data a template is given: other templates (include, extends), other
-# tag libraries (load), the whole context and the server's loaded modules (debug).
-FORBIDDEN_TAGS = frozenset({"debug", "include", "extends", "load"})
 
 
 class MissingVariable(Exception):
@@ -46,23 +45,12 @@ class _RaiseOnMissing(str):
         raise MissingVariable(str(variable))
 
 
-def _engine() -> Engine:
-    engine = Engine(string_if_invalid=_RaiseOnMissing("%s"), loaders=[], libraries={})
-    allowed = Library()
-    for library in engine.template_builtins:
-        allowed.tags.update({name: tag for name, tag in library.tags.items() if name not in FORBIDDEN_TAGS})
-        allowed.filters.update(library.filters)
-    # The parser reads the builtins from here; Django's own libraries stay untouched.
-    engine.template_builtins = [allowed]
-    return engine
-
-
-ENGINE = _engine()
+ENGINE = template_engine(string_if_invalid=_RaiseOnMissing("%s"))
 
 
 @functools.lru_cache(maxsize=1024)
 def _compiled(source: str) -> Template:
-    return ENGINE.from_string(source)
+    return template_compile(ENGINE, source)
 
 
 @dataclass(frozen=True)
@@ -78,11 +66,14 @@ class RenderedMessage:
 
 
 def template_source_check(source: str, *, field: str) -> None:
-    """ValidationFailed naming ``field`` when ``source`` does not compile."""
+    """ValidationFailed naming ``field`` when ``source`` does not compile, or uses what a template
+    may not (template_bounds: its tags, filters, widths, counts, loops and nesting)."""
     if len(source.encode()) > MAX_SOURCE_BYTES:
         raise ValidationFailed(f"{field} is over {MAX_SOURCE_BYTES} bytes", extra={"field": field})
     try:
         _compiled(source)
+    except TemplateRefused as exc:
+        raise ValidationFailed(f"{field} is refused: {exc}", extra={"field": field}) from None
     except TemplateSyntaxError as exc:
         raise ValidationFailed(f"{field} does not compile: {exc}", extra={"field": field}) from None
 
@@ -168,31 +159,45 @@ def variant_pick(variants: Iterable[TemplateVariant], *, key: str, channel: str,
 
 def variant_render(variant: TemplateVariant, *, key: str, data: dict[str, Any]) -> RenderedMessage:
     """Render a variant with ``data``: text parts without escaping, the HTML part autoescaped. A
-    variable a part uses that ``data`` lacks is ValidationFailed naming it (``data.<name>``)."""
-    subject = _render(variant.subject, data, html=False)
+    variable a part uses that ``data`` lacks is ValidationFailed naming it (``data.<name>``). The
+    render stops itself at TEMPLATE_RENDER_SECONDS of work for the three parts, or a part's output
+    past MAX_MESSAGE_BYTES: RenderLimitExceeded (a ValidationFailed), with nothing left running."""
+    config = get_config()
+    with render_budget(seconds=config.template_render_seconds, max_bytes=config.max_message_bytes) as budget:
+        subject = _render(variant.subject, data, html=False, budget=budget)
+        body = _render(variant.body, data, html=False, budget=budget)
+        html_body = _render(variant.html_body, data, html=True, budget=budget)
     return RenderedMessage(
         # Folded to one line: a value with a line break must not become a second header.
         subject=" ".join(subject.split()),
-        body=_render(variant.body, data, html=False),
-        html_body=_render(variant.html_body, data, html=True) if variant.html_body else "",
+        body=body,
+        html_body=html_body,
         template_key=key,
         locale=variant.locale,
     )
 
 
-def _render(source: str, data: dict[str, Any], *, html: bool) -> str:
+def _render(source: str, data: dict[str, Any], *, html: bool, budget: RenderBudget) -> str:
     if not source:
         return ""
+    budget.start_part()
     try:
         # A copy each time: a template may call a method of a value ({{ items.pop }}).
-        output = _compiled(source).render(Context(copy.deepcopy(data), autoescape=html))
+        rendered = _compiled(source).render(Context(copy.deepcopy(data), autoescape=html))
         # A plain str: render() marks its output safe, and a page showing this text (the admin's
         # preview) must escape it, since a client wrote the template.
-        return "".join([output])
+        output = "".join([rendered])
+        if len(output.encode()) > budget.max_bytes:
+            budget.exceeded()
+        return output
+    except RecursionError:  # data nested deeper than Python's stack (deepcopy, a filter)
+        raise RenderLimitExceeded("the template's data nests too deep to render", extra={"field": "template"}) from None
     except MissingVariable as exc:
         name = exc.name
     except VariableDoesNotExist as exc:  # a filter's argument: {{ a|default:b }} without b
         name = str(exc.params[0]) if exc.params else "?"
+    except TemplateRefused as exc:  # saved before today's bounds: never rendered
+        raise ValidationFailed(f"the template is refused: {exc}", extra={"field": "template"}) from None
     except TemplateSyntaxError as exc:  # saved before the checks (the admin's raw form, say)
         raise ValidationFailed(f"the template does not compile: {exc}", extra={"field": "template"}) from None
     raise ValidationFailed(f"the template uses {{{{ {name} }}}} but data has no {name!r}", extra={"field": f"data.{name}"})
