@@ -68,12 +68,12 @@ def notification_accept_batch_into(
     request, a key repeated within the batch) costs a read of its key, after the write; one whose
     key had expired is accepted on its own, which replaces the key as a single accept does."""
     # Its renders share one TEMPLATE_RENDER_SECONDS: a batch of 100 bombs holds this thread (an
-    # API batch's, or a web process's accept-group leader, maybe another client's) 1 s, not 100.
+    # API batch's, or a web process's accept-group leader's) 1 s, not 100.
     with render_pool(seconds=get_config().template_render_seconds, what="the batch's template renders"):
-        return _accept_batch(client=client, items=items)
+        _accept_batch(client=client, items=items, results=results)
 
 
-def _accept_batch(*, client: ApiClient, items: list[BatchItem]) -> list[AcceptResult | NotificationError]:
+def _accept_batch(*, client: ApiClient, items: list[BatchItem], results: list[AcceptResult | NotificationError | None]) -> None:
     now = timezone.now()
     first_of_key: dict[str, int] = {}
     for index, item in enumerate(items):
