@@ -145,10 +145,12 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
             return
         self.now = self.timer()
         counted = self.window(client.pk, self.now)
-        # By Redis server (its pool is one per process, its client object one per thread) and key
-        # prefix, and by the window and rate: a block taken under another rate is not handed out
-        # under this one. Not by the Redis key, which is made only when Redis is called.
-        window = (id(redis.connection_pool), cache.key_prefix, counted)
+        # By Redis server and key prefix, and by the window and rate: a block taken under another
+        # rate is not handed out under this one. Not by the Redis client or its pool, which are
+        # objects of a thread (django-redis makes a client per thread, and threads that start
+        # together can each make a pool), nor by the Redis key, made only when Redis is called.
+        server = redis.connection_pool.connection_kwargs
+        window = (server.get("host"), server.get("port"), server.get("path"), server.get("db"), cache.key_prefix, counted)
         block = window_blocks.claim(window, block_for(self.num_requests))
         if block == 0:
             setattr(request, COUNTED_ATTRIBUTE, (counted, True))
