@@ -88,6 +88,15 @@ def test_check_deploy_is_clean_with_the_documented_production_settings(source: s
     assert "System check identified no issues" in result.stdout
 
 
+def test_every_deployment_reads_the_client_address_behind_the_one_proxy_it_puts_in_front() -> None:
+    # Left at 0 behind a proxy, every client would have the proxy's address (its failed token
+    # authentications, its admin lockouts); the proxy's port alone is reachable from outside.
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    assert compose["services"]["web"]["ports"] == ["127.0.0.1:8000:8000"]
+    for variables in (env_file_values(PRODUCTION_EXAMPLE.read_text()), compose_web_variables(), k8s_config_variables()):
+        assert variables["API_NUM_PROXIES"] == "1"
+
+
 def test_check_deploy_names_each_security_setting_left_off() -> None:
     variables = {
         **production_variables(),

@@ -30,7 +30,7 @@ from notifications import selectors
 from notifications.api.auth import ApiClientRateThrottle, FailedAuthenticationThrottle
 from notifications.conf import get_config
 from notifications.logging import JsonFormatter
-from notifications.models import Notification
+from notifications.models import ApiClient, Notification
 
 from .factories import make_api_client
 from .fakes import override_notifications
@@ -183,7 +183,7 @@ def bad_token_client(address: str = "198.51.100.7", **headers: str) -> APIClient
     return client
 
 
-def test_failed_token_authentications_from_one_address_are_429_past_the_limit_even_with_a_good_token(
+def test_failed_token_authentications_from_one_address_are_429_past_the_limit_but_a_good_token_is_served(
     db: None, one_window: None
 ) -> None:
     _, token = make_api_client("acme")
@@ -194,15 +194,49 @@ def test_failed_token_authentications_from_one_address_are_429_past_the_limit_ev
         assert throttled.status_code == 429
         assert error_of(throttled)["code"] == "throttled"
         assert 1 <= int(throttled["Retry-After"]) <= 60
-        # The address is locked out, whatever token it sends next...
+        # The guessing stops; a client with a good token from the same address (behind the same
+        # proxy) is served, its first request (read from PostgreSQL) as the next ones (known).
         same_address = APIClient(REMOTE_ADDR="198.51.100.7")
         same_address.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-        assert same_address.get(URL).status_code == 429
-        # ...and only that address: another one with the good token is served, a bad one is a 401.
-        other = APIClient(REMOTE_ADDR="203.0.113.9")
-        other.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-        assert other.get(URL).status_code == 200
+        assert [same_address.get(URL).status_code for _ in range(3)] == [200] * 3
+        assert guesser.get(URL).status_code == 429
+        # Another address is not touched: a bad token there is a 401.
         assert bad_token_client("203.0.113.9").get(URL).status_code == 401
+
+
+def test_twenty_five_bad_tokens_then_a_good_one_from_one_address_the_good_one_is_served_the_next_bad_one_is_429(
+    db: None, one_window: None
+) -> None:
+    _, token = make_api_client("acme")
+    address = "198.51.100.30"
+    with override_notifications(API_AUTH_FAILURE_RATE="20/min"):  # the default
+        guesses = [bad_token_client(address).get(URL).status_code for _ in range(25)]
+    assert guesses == [401] * 20 + [429] * 5
+    good = APIClient(REMOTE_ADDR=address)
+    good.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert good.get(URL).status_code == 200
+    assert bad_token_client(address).get(URL).status_code == 429
+
+
+def test_past_the_limit_a_guess_is_refused_without_a_query(db: None, one_window: None, django_assert_num_queries: Any) -> None:
+    _, token = make_api_client("acme")
+    revoked, revoked_token = make_api_client("revoked elsewhere")
+    good = APIClient(REMOTE_ADDR="198.51.100.31")
+    good.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    with override_notifications(API_AUTH_FAILURE_RATE="2/min"):
+        assert [bad_token_client("198.51.100.31").get(URL).status_code for _ in range(3)] == [401, 401, 429]
+        assert good.get(URL).status_code == 200  # the active tokens' hashes are read now, once
+        with django_assert_num_queries(0):
+            answers = [
+                APIClient(REMOTE_ADDR="198.51.100.31", HTTP_AUTHORIZATION=f"Bearer ntf_guess{n}").get(URL) for n in range(20)
+            ]
+        assert [answer.status_code for answer in answers] == [429] * 20
+        # A token revoked by another process since the hashes were read costs its holder one read
+        # (PostgreSQL has the last word), and is refused as a guess is.
+        ApiClient.objects.filter(pk=revoked.pk).update(is_active=False)
+        with django_assert_num_queries(1):
+            refused = APIClient(REMOTE_ADDR="198.51.100.31", HTTP_AUTHORIZATION=f"Bearer {revoked_token}").get(URL)
+        assert refused.status_code == 429
 
 
 def test_good_tokens_do_not_use_up_their_addresses_failures(db: None, one_window: None) -> None:
@@ -429,6 +463,27 @@ def test_a_burst_of_guessed_tokens_at_a_real_server_gets_no_more_401s_than_the_l
     for thread in threads:
         thread.join()
     assert answers == Counter({401: 20, 429: 180}), answers
+
+
+def test_on_gunicorn_twenty_five_bad_tokens_then_a_good_one_the_good_one_is_served_the_next_bad_one_is_429(
+    gunicorn: WebServer, django_db_blocker: Any, one_window: None
+) -> None:
+    # Every request comes from 127.0.0.1, as every client behind one proxy does.
+    with django_db_blocker.unblock():
+        client, token = make_api_client(f"behind-the-proxy-{uuid.uuid4().hex[:8]}")
+    try:
+        session = requests.Session()
+
+        def get(token: str) -> int:
+            return session.get(gunicorn.url(URL), headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code
+
+        assert [get(f"ntf_guess{n}") for n in range(25)] == [401] * 20 + [429] * 5
+        assert get(token) == 200
+        assert get(token) == 200
+        assert get("ntf_guess_next") == 429
+    finally:
+        with django_db_blocker.unblock():
+            client.delete()
 
 
 def test_the_embedded_default_throttles_guessed_tokens_in_its_local_memory_cache(

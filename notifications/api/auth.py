@@ -13,35 +13,32 @@ from rest_framework.request import Request
 from ..conf import get_config, redis_client
 from ..degraded import RedisOutage
 from ..models import ApiClient, hash_token
-from ..token_cache import known_tokens
-from .window_blocks import address_checks, block_for, window_blocks
+from ..token_cache import active_tokens, known_tokens
+from .window_blocks import block_for, window_blocks
 
-# Where FailedAuthenticationThrottle.allow_known leaves its decision on the client's window, with
-# the window (ApiClientRateThrottle.window): (window, allowed).
+# Where ApiClientRateThrottle.count_known leaves its decision on the client's window, with the
+# window (ApiClientRateThrottle.window): (window, allowed).
 COUNTED_ATTRIBUTE = "_api_client_window_counted"
 
-# A known token's request: its address's failures (KEYS[1], read; at ARGV[2] or more it is refused
-# and nothing is counted) and a block of ARGV[3] slots of its client's current window (KEYS[2],
-# added, expiring after ARGV[1] s; 0 takes none), in one command. One EVALSHA costs the web less
-# than a pipeline of three commands, whose packing and parsing were most of it.
-_KNOWN_TOKEN_SCRIPT = """
-local failed = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if failed >= tonumber(ARGV[2]) then return {failed, 0} end
-local block = tonumber(ARGV[3])
-if block == 0 then return {failed, 0} end
-local count = redis.call('INCRBY', KEYS[2], block)
-if count == block then redis.call('EXPIRE', KEYS[2], ARGV[1]) end
-return {failed, count}
+# A block of ARGV[2] slots of a client's current window (KEYS[1], added, expiring after ARGV[1] s)
+# in one command: one EVALSHA costs the web less than a pipeline of two commands, whose packing and
+# parsing were most of it.
+_WINDOW_BLOCK_SCRIPT = """
+local block = tonumber(ARGV[2])
+local count = redis.call('INCRBY', KEYS[1], block)
+if count == block then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return count
 """
-_scripts: dict[int, Any] = {}
+_script: Any = None
 
 
-def _known_token_script(redis: Any) -> Any:
-    """The script, registered once per Redis client (it loads itself on Redis on first use)."""
-    script = _scripts.get(id(redis))
-    if script is None:
-        script = _scripts[id(redis)] = redis.register_script(_KNOWN_TOKEN_SCRIPT)
-    return script
+def _window_block_script(redis: Any) -> Any:
+    """The script (it loads itself on Redis on first use, and is called with the thread's client):
+    one per process, not one per Redis client object, of which there is one per thread."""
+    global _script
+    if _script is None:
+        _script = redis.register_script(_WINDOW_BLOCK_SCRIPT)
+    return _script
 
 
 class ApiClientTokenAuthentication(authentication.BaseAuthentication):
@@ -58,20 +55,23 @@ class ApiClientTokenAuthentication(authentication.BaseAuthentication):
         token_hash, failures = hash_token(header[1]), FailedAuthenticationThrottle()
         known = known_tokens.get(token_hash, max_age=get_config().api_token_cache_seconds)
         if known is not None:
-            # Seen valid moments ago (token_cache.py): no read, no slot; but an address past its
-            # failure limit still learns nothing, not even that this token is good. The client's
-            # throttle is counted in the same Redis round trip (ApiClientRateThrottle reads it).
-            if not failures.allow_known(request, client=known):
-                raise exceptions.Throttled(failures.wait())
+            # Seen valid moments ago (token_cache.py): no read, no failure slot, and served whatever
+            # its address's failures: past them only guesses are refused, never a good token.
+            ApiClientRateThrottle().count_known(request, client=known)
             return known, header[1]
-        # Taken before the token is looked at: an address past its limit learns nothing of any token.
-        if not failures.allow_request(request, None):
+        # Taken before the token is looked at, so a burst of concurrent guesses cannot all be tried.
+        # Past the address's limit only a token of an active client is read from PostgreSQL (known
+        # from the hashes this process holds): a guess is refused with no query.
+        locked_out = not failures.allow_request(request, None)
+        if locked_out and not active_tokens.contains(token_hash):
             raise exceptions.Throttled(failures.wait())
         failed = False
         try:
             client = ApiClient.objects.filter(token_hash=token_hash).first()
             if client is None or not client.is_active:
                 failed = True
+                if locked_out:  # revoked since the hashes were read: it learns no more than a guess
+                    raise exceptions.Throttled(failures.wait())
                 raise exceptions.AuthenticationFailed("invalid or revoked token")
         finally:
             if not failed:  # a good token, or an error not of the client's making (the database down)
@@ -118,7 +118,7 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
             self.now = self.timer()
             if counted[0] == self.window(request.user.pk, self.now):
                 self._fixed_window = True
-                return bool(counted[1])  # counted by the authentication (allow_known)
+                return bool(counted[1])  # counted by the authentication (count_known)
         redis = redis_client()
         if redis is None:
             return bool(super().allow_request(request, view))
@@ -134,6 +134,39 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
             return int(pipeline.execute()[0]) <= self.num_requests
 
         return self.outage.call(count, fallback=lambda: True)
+
+    def count_known(self, request: Request, *, client: ApiClient) -> None:
+        """Count the request of a token known good (token_cache.py) and leave the decision on the
+        request (COUNTED_ATTRIBUTE) for ``allow_request``: usually a slot of a block this process
+        holds, with no Redis call, else one round trip that fetches the next block
+        (window_blocks.py). On the embedded default (no Redis) ``allow_request`` counts it."""
+        redis = redis_client()
+        if redis is None or self.rate is None:
+            return
+        self.now = self.timer()
+        counted = self.window(client.pk, self.now)
+        # By Redis server and key prefix, and by the window and rate: a block taken under another
+        # rate is not handed out under this one. Not by the Redis client or its pool, which are
+        # objects of a thread (django-redis makes a client per thread, and threads that start
+        # together can each make a pool), nor by the Redis key, made only when Redis is called.
+        server = redis.connection_pool.connection_kwargs
+        window = (server.get("host"), server.get("port"), server.get("path"), server.get("db"), cache.key_prefix, counted)
+        block = window_blocks.claim(window, block_for(self.num_requests))
+        if block == 0:
+            setattr(request, COUNTED_ATTRIBUTE, (counted, True))
+            return
+        key = self.window_key(client.pk, self.now)
+
+        def fetch() -> None:
+            count: int | None = None  # the shared count after this block; None: nothing was added
+            try:
+                count = int(_window_block_script(redis)(keys=[key], args=[self.duration + 1, block], client=redis))
+            finally:  # also when the script failed: the block is no longer being fetched
+                allowed = window_blocks.fetched(window, block=block, count=count, rate=self.num_requests)
+            setattr(request, COUNTED_ATTRIBUTE, (counted, allowed))
+
+        # Fails open as allow_request does, and is counted as degraded once for the request.
+        self.outage.call(fetch, fallback=lambda: setattr(request, COUNTED_ATTRIBUTE, (counted, True)))
 
     def window(self, client_pk: Any, now: float) -> tuple[Any, int, int, int]:
         """Which window of the client's ``now`` is in, at this rate."""
@@ -164,7 +197,10 @@ class ApiClientRateThrottle(throttling.SimpleRateThrottle):
 
 class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
     """Failed token authentications per client address (``API_AUTH_FAILURE_RATE``), counted in the
-    shared cache so every web process agrees; past the limit the address is answered 429.
+    shared cache so every web process agrees; past the limit the address's guesses are answered
+    429 without a query, while a good token from it is still served (ApiClientTokenAuthentication):
+    behind a proxy not counted in ``API_NUM_PROXIES`` every client shares the proxy's address, and
+    one stranger's bad token must not lock them all out.
 
     Every token authentication takes a slot of its address's window with one atomic INCR before
     the token is looked up, and a success gives it back: what stays counted is the failures (and
@@ -196,8 +232,6 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
         self._taken = False
 
         def take() -> bool:
-            # A failure counted here is seen by this process's next known-token request at once.
-            address_checks.forget((id(redis_client()), self.key))
             try:
                 count = self.cache.incr(self.key)
             except ValueError:  # the window's first attempt; add is SET NX, so one of a race wins
@@ -206,53 +240,6 @@ class FailedAuthenticationThrottle(throttling.SimpleRateThrottle):
             return int(count) <= self.num_requests
 
         return self.outage.call(take, fallback=lambda: True)
-
-    def allow_known(self, request: Request, *, client: ApiClient) -> bool:
-        """For a token known good: only whether the address is past its limit (nothing is taken,
-        as a good token would give it back at once). The client's request is counted here for
-        ApiClientRateThrottle, which finds the decision on the request (COUNTED_ATTRIBUTE). Both
-        usually without Redis: a slot of a block this process holds, and an address checked
-        moments ago (window_blocks.py); else in one round trip."""
-        self.now = self.timer()
-        self.key = self.get_cache_key(request, None)
-        redis = redis_client()
-        throttle = ApiClientRateThrottle()
-        if redis is None or throttle.rate is None:
-            return self.outage.call(lambda: int(self.cache.get(self.key) or 0) < self.num_requests, fallback=lambda: True)
-
-        # By Redis client (a cache of its own) and the window and rate, not by the Redis keys, which
-        # are made only when Redis is called: a block taken under another rate is not handed out
-        # under this one.
-        counted = throttle.window(client.pk, self.now)
-        window, address = (id(redis), counted), (id(redis), self.key)
-        held = window_blocks.take(window)
-        if held and address_checks.fresh(address):
-            setattr(request, COUNTED_ATTRIBUTE, (counted, True))
-            return True
-        window_key, failures_key = throttle.window_key(client.pk, self.now), cache.make_key(self.key)
-        block = 0 if held else window_blocks.block_to_fetch(window, block_for(throttle.num_requests))
-        failures_seen = address_checks.failures_seen(address)
-
-        def check() -> bool:
-            count: int | None = None  # the shared count after this block; None: nothing was added
-            try:
-                failed, added = _known_token_script(redis)(
-                    keys=[failures_key, window_key], args=[throttle.duration + 1, self.num_requests, block], client=redis
-                )
-                if int(failed) >= self.num_requests:
-                    return False
-                count = int(added)
-            finally:  # also when the script failed: the block is no longer being fetched
-                allowed = held or window_blocks.fetched(window, block=block, count=count, rate=throttle.num_requests)
-            address_checks.mark(address, failures_seen=failures_seen)
-            setattr(request, COUNTED_ATTRIBUTE, (counted, allowed))
-            return True
-
-        try:
-            return self.outage.call(check, fallback=lambda: True)
-        finally:
-            if held and not hasattr(request, COUNTED_ATTRIBUTE):
-                window_blocks.give_back(window)  # refused, or Redis failed: the slot was not used
 
     def give_back(self) -> None:
         """The attempt did not fail (a good token): it takes no slot."""

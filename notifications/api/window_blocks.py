@@ -1,29 +1,27 @@
 """What a web process keeps between requests so that a known client's request needs no Redis call.
 
-Every request of a known token used to make one Redis round trip: read its address's failures,
-count the client's request. Through redis-py that round trip cost about a tenth of an accept's
-web CPU (profiled under ``make bench``). Two things now spare it on most requests:
+Every request of a known token used to make one Redis round trip to count the client's request.
+Through redis-py that round trip cost about a tenth of an accept's web CPU (profiled under
+``make bench``). Blocks of a client's window now spare it on most requests: a process takes the
+client's window slots from the shared count in blocks (one INCRBY of ``block_for(rate)``) and
+hands them out itself, to any of its threads. The shared count includes every slot handed to
+any process, so the web tier together never lets more than the rate through. What a process
+holds and has not used yet is refused to the others until the window ends: at most ``block - 1``
+per process and client (one block is fetched at a time, and only once the last is used up; the
+requests that find it in flight count one slot each), kept under 0.5 % of the rate, and none at
+all below 400 requests a window, where a block is one slot and counting is exact.
 
-- **Blocks of a client's window.** A process takes the client's window slots from the shared
-  count in blocks (one INCRBY of ``block_for(rate)``) and hands them out itself. The shared count
-  includes every slot handed to any process, so the web tier together never lets more than the
-  rate through. What a process holds and has not used yet is refused to the others until the
-  window ends: at most ``block - 1`` per process and client (one block is fetched at a time; the
-  requests that find it in flight count one slot each), kept under 0.5 % of the rate, and none at
-  all below 400 requests a window, where a block is one slot and counting is exact.
-- **Addresses recently under their failure limit.** A known token's address is checked against
-  its failed authentications at most once per ``ADDRESS_RECHECK_SECONDS``. A failure this
-  process counts for the address drops its check at once (and a check under way when it is
-  counted does not stand); one counted by another process is seen within those seconds.
+The blocks are the process's, not a thread's or a Redis client object's (django-redis makes one
+per thread, and Django's runserver a thread per request): held per thread, each request of
+runserver would take a block of its own and use one slot of it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-import time
 from collections.abc import Hashable
 
-ADDRESS_RECHECK_SECONDS = 1.0
 _BLOCK_MAX = 32
 _SIZE = 4096  # keys held; past it everything is dropped (a new window drops its keys anyway)
 
@@ -41,25 +39,17 @@ class WindowBlocks:
         self._left: dict[Hashable, int] = {}
         self._fetching: set[Hashable] = set()
 
-    def take(self, window: Hashable) -> bool:
-        """One held slot of ``window``, if this process has one left."""
+    def claim(self, window: Hashable, block: int) -> int:
+        """A slot for a request of ``window``: 0 when one this process holds was taken, else how
+        many slots the request is to take from the shared count, ``fetched`` to follow: a block,
+        unless another thread is fetching one for the window (then its own slot alone, so threads
+        that all found none do not each take a block). One decision under the lock, so no block
+        is fetched while slots are still held: what the process holds stays under a block."""
         with self._lock:
             left = self._left.get(window, 0)
-            if left <= 0:
-                return False
-            self._left[window] = left - 1
-            return True
-
-    def give_back(self, window: Hashable) -> None:
-        """A slot taken with ``take`` that its request did not use."""
-        with self._lock:
-            self._left[window] = self._left.get(window, 0) + 1
-
-    def block_to_fetch(self, window: Hashable, block: int) -> int:
-        """How many slots a request that found none held takes from the shared count: a block,
-        unless another thread is fetching one for the window (then its own slot alone, so
-        threads that all found none do not each take a block). ``fetched`` must follow."""
-        with self._lock:
+            if left > 0:
+                self._left[window] = left - 1
+                return 0
             if block <= 1 or window in self._fetching:
                 return 1
             self._fetching.add(window)
@@ -86,42 +76,14 @@ class WindowBlocks:
             self._left.clear()
             self._fetching.clear()
 
-
-class AddressChecks:
-    """Addresses found under their failed-authentication limit, and when."""
-
-    def __init__(self) -> None:
-        self._checked: dict[Hashable, float] = {}
-        self._failures: dict[Hashable, int] = {}  # failures this process counted, by address
-
-    def fresh(self, address: Hashable) -> bool:
-        checked = self._checked.get(address)
-        return checked is not None and time.monotonic() - checked < ADDRESS_RECHECK_SECONDS
-
-    def failures_seen(self, address: Hashable) -> int:
-        """A mark for ``mark``: read before the check is made."""
-        return self._failures.get(address, 0)
-
-    def mark(self, address: Hashable, *, failures_seen: int) -> None:
-        """The address was found under its limit by a check begun when ``failures_seen`` was
-        read; a failure this process counted since then makes the check stale already."""
-        if self._failures.get(address, 0) != failures_seen:
-            return
-        if len(self._checked) >= _SIZE:
-            self._checked.clear()
-        self._checked[address] = time.monotonic()
-
-    def forget(self, address: Hashable) -> None:
-        """A failure is being counted for the address: its check no longer stands."""
-        if len(self._failures) >= _SIZE:
-            self._failures.clear()
-        self._failures[address] = self._failures.get(address, 0) + 1
-        self._checked.pop(address, None)
-
-    def clear(self) -> None:
-        self._checked.clear()
-        self._failures.clear()
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._left = {}
+        self._fetching = set()
 
 
 window_blocks = WindowBlocks()
-address_checks = AddressChecks()
+if hasattr(os, "register_at_fork"):
+    # gunicorn forks its workers: each starts holding nothing (blocks the parent held would be
+    # handed out twice) with a lock of its own (one held at the fork would stay held).
+    os.register_at_fork(after_in_child=window_blocks.after_fork)

@@ -19,7 +19,7 @@ from ..models import (
     ApiClient,
     Recipient,
 )
-from ..token_cache import known_tokens
+from ..token_cache import active_tokens, known_tokens
 from .quiet_hours import quiet_hours_check, time_zone_check
 
 logger = logging.getLogger("notifications.services")
@@ -35,6 +35,7 @@ def api_client_create(*, name: str) -> tuple[ApiClient, str]:
     client = ApiClient(name=name, webhook_secret=uuid.uuid4().hex + uuid.uuid4().hex)
     token = client.set_new_token()
     client.save()
+    active_tokens.forget()
     return client, token
 
 
@@ -58,6 +59,7 @@ def api_client_rotate_token(*, client: ApiClient) -> str:
     client.token_rotated_at = timezone.now()
     client.save(update_fields=["token_hash", "token_prefix", "token_rotated_at"])
     known_tokens.forget_all()  # the old token ends now in this process (API_TOKEN_CACHE_SECONDS in others)
+    active_tokens.forget()
     return token
 
 
@@ -65,6 +67,7 @@ def api_client_revoke(*, client: ApiClient) -> None:
     ApiClient.objects.filter(pk=client.pk).update(is_active=False)
     client.is_active = False
     known_tokens.forget_all()
+    active_tokens.forget()
 
 
 RECIPIENT_FIELDS = ("email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "quiet_hours")
