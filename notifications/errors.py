@@ -24,6 +24,14 @@ class ValidationFailed(NotificationError):
     code = "invalid"
 
 
+class TemplateRenderFailed(ValidationFailed):
+    """A template that compiles but raised while rendering (a filter's bad argument, a reverse of
+    no URL, nesting too deep, a render past its budget): the same data fails the same way again,
+    so a digest's close or a broadcast's fan-out that meets it ends ``failed``, never retried."""
+
+    code = "template_render_failed"
+
+
 class NotFound(NotificationError):
     code = "not_found"
 

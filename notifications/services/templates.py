@@ -16,7 +16,7 @@ from django.template import Context, Engine, Library, Template, TemplateSyntaxEr
 from ..channels import CHANNEL_NAMES, OutgoingMessage, SendResult, validate_address
 from ..channels.providers import get_provider
 from ..conf import get_config
-from ..errors import ValidationFailed
+from ..errors import TemplateRenderFailed, ValidationFailed
 from ..locales import locale_fallbacks, locale_normalize
 from ..models import ApiClient, NotificationTemplate, TemplateVariant
 from ..selectors import template_variants_for
@@ -195,6 +195,13 @@ def _render(source: str, data: dict[str, Any], *, html: bool) -> str:
         name = str(exc.params[0]) if exc.params else "?"
     except TemplateSyntaxError as exc:  # saved before the checks (the admin's raw form, say)
         raise ValidationFailed(f"the template does not compile: {exc}", extra={"field": "template"}) from None
+    except TemplateRenderFailed:
+        raise
+    except Exception as exc:
+        # Anything else a render raises fails the same way with the same data: a filter's bad
+        # argument ({{ "a"|ljust:"b" }}), {% url %} of no route, a render past its bounds.
+        cause = exc.message if isinstance(exc, ValidationFailed) else f"{type(exc).__name__}: {exc}"
+        raise TemplateRenderFailed(f"the template could not be rendered: {cause}"[:500], extra={"field": "template"}) from exc
     raise ValidationFailed(f"the template uses {{{{ {name} }}}} but data has no {name!r}", extra={"field": f"data.{name}"})
 
 
