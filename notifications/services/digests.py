@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -60,6 +61,9 @@ CLOSE_EARLY_TOLERANCE_SECONDS = 1.0
 # Due digests this recent are left to their close message (or the close right after a commit).
 DIGEST_SWEEP_GRACE_SECONDS = 2.0
 DIGEST_SWEEP_BATCH = 200
+# A pass closes for at most this long, then leaves the rest to the next pass, which ranks the due
+# digests again: a digest of another client that fell due meanwhile waits one pass, not 200 closes.
+DIGEST_SWEEP_SECONDS = 1.0
 # An accept finds the open digest closed under it at most a few times in a row (each time a closer
 # or an expired window took it); past this something else is wrong.
 MAX_JOIN_ATTEMPTS = 10
@@ -419,7 +423,7 @@ def digest_sweep(*, now: datetime) -> int:
     """Close the digests that are due and that no close message closed: windows longer than
     BROKER_DELAY_MAX_SECONDS, a lost message, a closer that died after an accept's commit. The
     oldest due first, in turns by client (due_in_turns): one client's backlog of due digests
-    takes its share of a pass, never every place in it."""
+    takes its share of a pass, never every place in it; a pass stops after DIGEST_SWEEP_SECONDS."""
     grace = now - timedelta(seconds=DIGEST_SWEEP_GRACE_SECONDS)
     due = Digest.objects.filter(
         Q(status=DigestStatus.OPEN, closes_at__lte=grace) | Q(status=DigestStatus.CLOSING, updated_at__lte=grace)
@@ -427,11 +431,14 @@ def digest_sweep(*, now: datetime) -> int:
     # Due since its window ended, or since it went closing (full) when that came first.
     due_at = Case(When(status=DigestStatus.CLOSING, updated_at__lt=F("closes_at"), then=F("updated_at")), default=F("closes_at"))
     closed = 0
+    deadline = time.monotonic() + DIGEST_SWEEP_SECONDS
     for pk in list(due_in_turns(due, due=due_at, limit=DIGEST_SWEEP_BATCH).values_list("pk", flat=True)):
         try:
             closed += digest_close(digest_id=pk, now=now).outcome in ("sent", "failed", "empty")
         except Exception:
             logger.warning("could not close digest %s; the next sweep tries again", pk, exc_info=True)
+        if time.monotonic() >= deadline:
+            break
     return closed
 
 
