@@ -317,23 +317,17 @@ def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseR
     except BaseException:
         cap_slot.release()  # rolled back: the notification that took it was never written
         raise
-    if digest.status == DigestStatus.FAILED:
-        logger.warning(
-            "digest %s of %d items failed: %s",
-            digest.pk,
-            len(items),
-            digest.failure_reason,
-            extra={"notification_id": str(notification.pk)},
-        )
-        return DigestCloseResult("failed", notification_id=str(notification.pk), count=len(items))
-    logger.info(
-        "digest %s closed with %d items as notification %s",
+    failed = digest.status == DigestStatus.FAILED
+    logger.log(
+        logging.WARNING if failed else logging.INFO,
+        "digest %s closed with %d items as notification %s%s",
         digest.pk,
         len(items),
         notification.pk,
+        f", failed: {digest.failure_reason}" if failed else "",
         extra={"notification_id": str(notification.pk)},
     )
-    return DigestCloseResult("sent", notification_id=str(notification.pk), count=len(items))
+    return DigestCloseResult("failed" if failed else "sent", notification_id=str(notification.pk), count=len(items))
 
 
 def _digest_notification(*, digest: Digest, items: list[Any], now: datetime) -> Notification:
