@@ -233,6 +233,9 @@ def test_a_broadcast_whose_template_raises_ends_failed_and_the_notifications_it_
     assert "ValueError" in broadcast.failure_reason and broadcast.finished_at is not None
     body = api.get(f"/api/v1/broadcasts/{broadcast_id}").json()
     assert (body["status"], body["failure_reason"]) == ("failed", broadcast.failure_reason)
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="root-pass-1"))
+    assert "ValueError" in admin.get(f"/admin/notifications/broadcast/{broadcast_id}/change/").content.decode()
     # The first batch (u0-u3, in English) was made before the second raised; it is delivered.
     made = Notification.objects.filter(broadcast_id=broadcast_id)
     assert sorted(made.values_list("user_id", flat=True)) == user_ids[:4]
