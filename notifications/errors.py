@@ -24,7 +24,15 @@ class ValidationFailed(NotificationError):
     code = "invalid"
 
 
-class RenderLimitExceeded(ValidationFailed):
+class TemplateRenderFailed(ValidationFailed):
+    """A template that compiles but raised while rendering (a filter's bad argument, a reverse of
+    no URL, nesting too deep, a render past its budget): the same data fails the same way again,
+    so a digest's close or a broadcast's fan-out that meets it ends ``failed``, never retried."""
+
+    code = "template_render_failed"
+
+
+class RenderLimitExceeded(TemplateRenderFailed):
     """A template's render stopped at its bound: its output past MAX_MESSAGE_BYTES, its work past
     TEMPLATE_RENDER_SECONDS, or a filter's width beyond the limit (``extra['field']``: template)."""
 

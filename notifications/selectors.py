@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
 from django.db import connection, connections, models
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models.functions import Coalesce, RowNumber
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -419,3 +419,16 @@ def suppressed_addresses(*, client_id: Any, channel: str, addresses: list[str]) 
         "address", "reason"
     )
     return {address: str(reason) for address, reason in rows}
+
+
+def due_in_turns(queryset: QuerySet[Any], *, due: Any, limit: int, candidates: int | None = None) -> QuerySet[Any]:
+    """The rows of ``queryset`` a sweep takes, at most ``limit``, oldest ``due`` first and in
+    turns by client: every client's oldest, then every client's second oldest, and so on (one
+    statement: ``row_number() OVER (PARTITION BY client_id ORDER BY due)``), so a client with a
+    backlog takes at most its share while another client has work due. ``candidates``: rank only
+    that many of the oldest due rows (a table whose due set can be millions of rows); None: all."""
+    ordered = queryset.order_by(due, "pk")
+    if candidates is not None:
+        queryset = queryset.filter(pk__in=Subquery(ordered.values("pk")[:candidates]))
+    turn = Window(RowNumber(), partition_by=[F("client_id")], order_by=[due, F("pk").asc()])
+    return queryset.annotate(sweep_turn=turn).order_by("sweep_turn", due, "pk")[:limit]

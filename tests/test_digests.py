@@ -312,7 +312,7 @@ def test_a_batch_refuses_a_digest_in_its_slot_and_accepts_the_rest(broker: drama
     assert not Digest.objects.exists()
 
 
-def test_a_digest_its_template_can_no_longer_render_is_sent_as_a_failed_notification_saying_why(
+def test_a_digest_its_template_can_no_longer_render_ends_failed_with_a_failed_notification_saying_why(
     broker: dramatiq.Broker, db: None
 ) -> None:
     template = make_template("activity", subject="", body=BODY_TEMPLATE, html_body="")
@@ -324,8 +324,10 @@ def test_a_digest_its_template_can_no_longer_render_is_sent_as_a_failed_notifica
     result = services.digest_close(digest_id=digest.pk, now=digest.closes_at)
 
     sent = Notification.objects.get(pk=result.notification_id)
-    assert (result.outcome, sent.status, sent.enqueued_at) == ("sent", Status.FAILED, None)
+    assert (result.outcome, sent.status, sent.enqueued_at) == ("failed", Status.FAILED, None)
     assert "author" in sent.last_error
+    digest.refresh_from_db()
+    assert (digest.status, digest.failure_reason) == (DigestStatus.FAILED, sent.last_error)
 
 
 @pytest.mark.parametrize("ending", ["suppressed", "failed"])

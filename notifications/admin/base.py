@@ -66,6 +66,14 @@ def _notification_link(notification_id: Any, *, label: str = "") -> str:
     return format_html('<a href="{}">{}</a>', url, label or str(notification_id))
 
 
+def _digest_members_link(digest_id: Any) -> str:
+    """A link to the list of a digest's members (its notifications still ``digested``)."""
+    if digest_id is None:
+        return "-"
+    url = reverse("admin:notifications_notification_changelist")
+    return format_html('<a href="{}?digest={}&amp;status__exact=digested">its members</a>', url, digest_id)
+
+
 def _report(done: int, skipped: int, verb: str) -> str:
     return f"{done} {verb}, {skipped} skipped"
 

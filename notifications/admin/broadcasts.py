@@ -56,7 +56,7 @@ class BroadcastAdmin(ReadOnlyAdmin):
     list_per_page = 25
     actions = ("cancel_selected",)
     fieldsets = (
-        (None, {"fields": ("id", "status", "topic", "client", "channel", "channels", "priority", "category")}),
+        (None, {"fields": ("id", "status", "failure_reason", "topic", "client", "channel", "channels", "priority", "category")}),
         ("Progress", {"fields": ("made", "delivered", "counts", "cursor", "started_at", "finished_at", "updated_at")}),
         ("Message", {"fields": ("subject", "message", "template_key", "locale", "data_pretty", "metadata_pretty")}),
         ("Request", {"fields": ("idempotency_key", "created_at", "notifications_link")}),

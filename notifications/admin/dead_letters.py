@@ -23,8 +23,8 @@ from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
 from .. import services
-from ..models import DeadLetter, DeadLetterSource, Resolution
-from .base import ReadOnlyAdmin, _as_uuid, _notification_link, _pre, _pretty_json, _report
+from ..models import DeadLetter, DeadLetterReason, DeadLetterSource, Resolution
+from .base import ReadOnlyAdmin, _as_uuid, _digest_members_link, _notification_link, _pre, _pretty_json, _report
 
 # A bulk action's confirmation page lists this many rows and counts the rest.
 CONFIRMATION_LISTED = 100
@@ -69,6 +69,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     fields = (
         "source",
         "notification_link",
+        "digest_link",
         "channel",
         "reason",
         "last_error_pre",
@@ -119,6 +120,15 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     def notification_link(self, obj: DeadLetter) -> str:
         return _notification_link(obj.notification_id)
 
+    @admin.display(description="digest")
+    def digest_link(self, obj: DeadLetter) -> str:
+        """A digest that could not be rendered: the digest, and the members it gathered."""
+        digest_id = obj.notification.digest_id if obj.notification else None
+        if digest_id is None:
+            return "-"
+        url = reverse("admin:notifications_digest_change", args=[digest_id])
+        return format_html('<a href="{}">{}</a> ({})', url, str(digest_id)[:8], _digest_members_link(digest_id))
+
     @admin.display(description="last error")
     def last_error_pre(self, obj: DeadLetter) -> str:
         return _pre(obj.last_error)
@@ -140,6 +150,8 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         fields = list(super().get_fields(request, obj))
         if obj is not None and obj.source != DeadLetterSource.EVENT:
             fields = [f for f in fields if f not in ("routing_key", "headers_pretty", "raw_body_pretty")]
+        if obj is None or obj.reason != DeadLetterReason.RENDER_FAILED:
+            fields = [f for f in fields if f != "digest_link"]
         return fields
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from ..models import Digest, DigestStatus
-from .base import ReadOnlyAdmin, _notification_link, _pretty_json
+from .base import ReadOnlyAdmin, _digest_members_link, _notification_link, _pretty_json
 
 
 @admin.register(Digest)
@@ -16,7 +16,7 @@ class DigestAdmin(ReadOnlyAdmin):
     search_fields = ("=key", "=user_id")
     date_hierarchy = "opened_at"
     fieldsets = (
-        (None, {"fields": ("id", "client", "user_id", "key", "status", "item_count", "max_items")}),
+        (None, {"fields": ("id", "client", "user_id", "key", "status", "failure_reason", "item_count", "max_items", "members")}),
         ("Window", {"fields": ("opened_at", "closes_at", "closed_at")}),
         ("Sent as", {"fields": ("sent_as", "channel", "address", "template_key", "locale", "subject", "category", "priority")}),
         ("Metadata", {"fields": ("metadata_pretty",)}),
@@ -27,6 +27,10 @@ class DigestAdmin(ReadOnlyAdmin):
         if obj.notification_id is None:
             return "nothing sent" if obj.status == DigestStatus.EMPTY else "-"
         return _notification_link(obj.notification_id, label=str(obj.notification_id)[:8])
+
+    @admin.display(description="members")
+    def members(self, obj: Digest) -> str:
+        return _digest_members_link(obj.pk)
 
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: Digest) -> str:

@@ -88,7 +88,7 @@ class BroadcastSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
         fields = [
             "id", "status", "topic", "channel", "channels", "template", "subject", "category", "locale", "priority",
             "total", "created", "delivered", "suppressed", "failed", "cancelled", "pending",
-            "idempotency_key", "created_at", "started_at", "finished_at",
+            "idempotency_key", "created_at", "started_at", "finished_at", "failure_reason",
         ]  # fmt: skip
         read_only_fields = fields  # a read-only answer
 

@@ -49,6 +49,9 @@ class BroadcastStatus(models.TextChoices):
     FANNING_OUT = "fanning_out"  # notifications are being made, batch by batch
     SENT = "sent"  # every subscriber has its notification (each is delivered on its own)
     CANCELLED = "cancelled"
+    # Stopped: its template could not be rendered (``failure_reason`` says why); the
+    # notifications made before are delivered as usual.
+    FAILED = "failed"
 
 
 class Broadcast(models.Model):
@@ -84,6 +87,7 @@ class Broadcast(models.Model):
     updated_at = models.DateTimeField(default=django_timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True, default="", db_default="", help_text="Why the fan-out stopped, when it failed.")
 
     class Meta:
         ordering = ["-created_at"]

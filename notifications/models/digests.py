@@ -17,6 +17,9 @@ class DigestStatus(models.TextChoices):
     SENT = "sent"  # closed: its one notification is made (see ``notification`` for how that went)
     EMPTY = "empty"  # closed with every member cancelled: nothing sent
     CANCELLED = "cancelled"  # closed by hand, nothing sent
+    # Closed: its template could not be rendered with the items (``failure_reason`` says why);
+    # its notification is failed with one dead letter, and its members stay with it.
+    FAILED = "failed"
 
 
 # Statuses whose members may still join, leave (a cancel) or be collected by the close.
@@ -56,6 +59,9 @@ class Digest(models.Model):
         help_text="The one notification the digest was sent as.",
     )
     closed_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(
+        blank=True, default="", db_default="", help_text="Why it could not be sent, when it failed."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -47,6 +47,8 @@ class DeadLetterReason(models.TextChoices):
     PERMANENT_FAILURE = "permanent_failure"
     POISON_MESSAGE = "poison_message"
     REDELIVERY_LIMIT = "redelivery_limit"
+    # A digest whose template could not be rendered at its close: nothing to send again.
+    RENDER_FAILED = "render_failed"
 
 
 class Resolution(models.TextChoices):

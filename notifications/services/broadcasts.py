@@ -15,12 +15,13 @@ from typing import Any
 
 import dramatiq
 from django.db import connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from .. import metrics
 from ..channels import recipient_address, validate_address
 from ..conf import BROADCAST_FAN_OUT_ROUTE, get_config
-from ..errors import IdempotencyInFlight, InvalidTransition, NotificationError, ValidationFailed
+from ..errors import IdempotencyInFlight, InvalidTransition, NotificationError, TemplateRenderFailed, ValidationFailed
 from ..models import (
     DEFAULT_CATEGORY,
     ApiClient,
@@ -38,6 +39,7 @@ from ..models import (
 )
 from ..selectors import (
     broadcast_get,
+    due_in_turns,
     suppressed_addresses,
     topic_get,
     topic_subscriber_count,
@@ -203,7 +205,10 @@ def broadcast_fan_out(
         build_ahead = not transaction.get_connection().in_atomic_block
         try:
             while True:
-                page = ahead.result() if ahead is not None else None
+                try:
+                    page = ahead.result() if ahead is not None else None
+                except TemplateRenderFailed:
+                    page = None  # the batch builds it again under the lock, and ends the broadcast failed
                 ahead = None
                 if build_ahead and page is not None and page.cursor is not None and time.monotonic() < deadline:
                     ahead = builder.submit(_page_build, broadcast, after=page.cursor)
@@ -352,10 +357,26 @@ def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID, page: _Page 
             )
             transaction.on_commit(lambda: _after_batch(written, delays=delays))
         kept = inserted
+    except TemplateRenderFailed as error:
+        # The batch rolled back; it would fail the same way every time it was made again.
+        failed = _broadcast_fail(broadcast_id=broadcast_id, lease=lease, reason=error.message)
+        return BatchOutcome(created=0, finished=failed, superseded=not failed)
     finally:
         if page is not None:
             page.release(kept=kept)
     return BatchOutcome(created=len(written), finished=False, cursor=page.cursor)
+
+
+def _broadcast_fail(*, broadcast_id: Any, lease: uuid.UUID, reason: str) -> bool:
+    """End a fan-out whose content cannot be rendered: ``failed`` with the reason, by the holder of
+    ``lease`` only. What earlier batches made stays, and is delivered as usual."""
+    now = timezone.now()
+    failed = Broadcast.objects.filter(pk=broadcast_id, status=BroadcastStatus.FANNING_OUT, lease=lease).update(
+        status=BroadcastStatus.FAILED, failure_reason=reason[:2000], finished_at=now, updated_at=now
+    )
+    if failed:
+        logger.warning("broadcast %s failed: %s", broadcast_id, reason)
+    return bool(failed)
 
 
 def _after_batch(written: list[Notification], *, delays: dict[Any, float]) -> None:
@@ -403,6 +424,8 @@ class _NotificationBuilder:
         broadcast = self.broadcast
         try:
             notification = self._build_routed(recipient) if broadcast.channels else self._build_one(recipient)
+        except TemplateRenderFailed:
+            raise  # the broadcast's own content: every subscriber's would fail (broadcast_fan_out_batch)
         except NotificationError as error:
             # The broadcast's content was checked when it was accepted; what fails here is one
             # subscriber's (no variant in its locale's fallback, a template edited since): that
@@ -550,9 +573,10 @@ def broadcast_resume_stale(*, now: datetime | None = None) -> int:
     waiting in the queue, whichever of the two runs first takes the fan-out and the other stops."""
     now = now or timezone.now()
     stale_before = now - timedelta(seconds=get_config().broadcast_stale_seconds)
-    stale = Broadcast.objects.filter(status__in=UNFINISHED, updated_at__lt=stale_before).values_list("pk", "lease")
+    stale = Broadcast.objects.filter(status__in=UNFINISHED, updated_at__lt=stale_before)
     resumed = 0
-    for pk, lease in list(stale[:SWEEP_BATCH]):
+    # The longest stalled first, in turns by client: one client's many broadcasts never fill a pass.
+    for pk, lease in list(due_in_turns(stale, due=F("updated_at"), limit=SWEEP_BATCH).values_list("pk", "lease")):
         claimed = Broadcast.objects.filter(pk=pk, status__in=UNFINISHED, updated_at__lt=stale_before, lease=lease).update(
             updated_at=now
         )

@@ -13,6 +13,7 @@ from django.utils import timezone
 from ..event_bus import event_publish
 from ..models import (
     DeadLetter,
+    DeadLetterReason,
     DeadLetterSource,
     Notification,
     Resolution,
@@ -51,6 +52,8 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, by: Any) -> RedriveResult:
         return dead_letter_republish(dead_letter=dead_letter, by=by)
     if dead_letter.notification_id is None:
         return RedriveResult(False, "this dead letter has no notification to send")
+    if dead_letter.reason == DeadLetterReason.RENDER_FAILED:
+        return RedriveResult(False, "its digest could not be rendered: there is no message to send again (discard it)")
     now = timezone.now()
     with transaction.atomic():
         claimed = DeadLetter.objects.filter(pk=dead_letter.pk, resolution=Resolution.UNRESOLVED).update(

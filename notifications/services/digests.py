@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,18 +25,27 @@ from typing import Any, Protocol, TypeVar
 
 import dramatiq
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
 from .. import metrics, tracing
 from ..conf import DIGEST_CLOSE_ROUTE, get_config
 from ..errors import InvalidTransition, NotificationError, ValidationFailed
-from ..models import UNCLOSED_DIGEST_STATUSES, Digest, DigestStatus, Notification, Status, StatusEventType
-from ..selectors import recipient_get
+from ..models import (
+    UNCLOSED_DIGEST_STATUSES,
+    DeadLetterReason,
+    Digest,
+    DigestStatus,
+    Notification,
+    Status,
+    StatusEventType,
+)
+from ..selectors import due_in_turns, recipient_get
 from ..sql import insert_rows_or_nothing
 from .caps import NO_SLOT, recipient_cap_take
 from .consent import consent_at_accept
 from .content import notification_content
+from .dead_letters import dead_letter_create
 from .outbox import notification_enqueued_state, notification_publish
 from .status_events import status_event_record
 
@@ -51,6 +61,9 @@ CLOSE_EARLY_TOLERANCE_SECONDS = 1.0
 # Due digests this recent are left to their close message (or the close right after a commit).
 DIGEST_SWEEP_GRACE_SECONDS = 2.0
 DIGEST_SWEEP_BATCH = 200
+# A pass closes for at most this long, then leaves the rest to the next pass, which ranks the due
+# digests again: a digest of another client that fell due meanwhile waits one pass, not 200 closes.
+DIGEST_SWEEP_SECONDS = 1.0
 # An accept finds the open digest closed under it at most a few times in a row (each time a closer
 # or an expired window took it); past this something else is wrong.
 MAX_JOIN_ATTEMPTS = 10
@@ -199,6 +212,7 @@ def _digest_open(*, notification: Notification, request: _Requested, digest: Dig
         "priority": notification.priority,
         "metadata": notification.metadata,
         "category_id": notification.category_id,
+        "failure_reason": "",
         "updated_at": now,
     }
     # No conflict target: the one unique index that can conflict is the partial one, which
@@ -242,7 +256,7 @@ def digest_close_schedule(*, digest_id: Any, delay_seconds: float) -> bool:
 
 @dataclass(frozen=True)
 class DigestCloseResult:
-    outcome: str  # sent, empty, not_due, closed (already, by another closer)
+    outcome: str  # sent, failed (it could not be rendered), empty, not_due, closed (already, by another closer)
     notification_id: str = ""
     count: int = 0
 
@@ -253,7 +267,9 @@ def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseR
     cancelled: ``empty``) and marks it closed. A second closer waits on the lock, then finds it
     closed; an open digest not yet due is left as it is. A notification that ends suppressed
     (its recipient's consent, its cap) or failed (it no longer renders) gets its status event
-    in the same transaction, as an accept's would."""
+    in the same transaction, as an accept's would; one that failed ends its digest ``failed``
+    with the reason and one dead letter (its members stay the digest's), never a rollback that
+    the sweeper would run again every pass."""
     now = now or timezone.now()
     cap_slot = NO_SLOT
     try:
@@ -282,9 +298,15 @@ def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseR
             cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
             delay = notification_enqueued_state(notification, now=now)
             notification.save(force_insert=True)
-            digest.status = DigestStatus.SENT
             digest.notification = notification
-            digest.save(update_fields=["status", "notification", "closed_at", "updated_at"])
+            if notification.status == Status.FAILED:
+                # An outcome, not an error: the same items fail the same way at every close, so
+                # the digest ends here, with one dead letter its members are reached from.
+                digest.status, digest.failure_reason = DigestStatus.FAILED, notification.last_error
+                dead_letter_create(notification, DeadLetterReason.RENDER_FAILED, notification.last_error)
+            else:
+                digest.status = DigestStatus.SENT
+            digest.save(update_fields=["status", "notification", "closed_at", "failure_reason", "updated_at"])
             if notification.enqueued_at is not None:
                 transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
             elif notification.status in ENDED_AT_CLOSE:
@@ -295,14 +317,17 @@ def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseR
     except BaseException:
         cap_slot.release()  # rolled back: the notification that took it was never written
         raise
-    logger.info(
-        "digest %s closed with %d items as notification %s",
+    failed = digest.status == DigestStatus.FAILED
+    logger.log(
+        logging.WARNING if failed else logging.INFO,
+        "digest %s closed with %d items as notification %s%s",
         digest.pk,
         len(items),
         notification.pk,
+        f", failed: {digest.failure_reason}" if failed else "",
         extra={"notification_id": str(notification.pk)},
     )
-    return DigestCloseResult("sent", notification_id=str(notification.pk), count=len(items))
+    return DigestCloseResult("failed" if failed else "sent", notification_id=str(notification.pk), count=len(items))
 
 
 def _digest_notification(*, digest: Digest, items: list[Any], now: datetime) -> Notification:
@@ -341,10 +366,14 @@ def _digest_notification(*, digest: Digest, items: list[Any], now: datetime) -> 
             data=digest_render_data(items),
             locale=digest.locale,
         )
-    except ValidationFailed as exc:
+    except Exception as exc:
+        # Any exception of the render, not only a domain error: one escaping would roll the close
+        # back and the sweeper would try it again every pass, forever. (A database error cannot be
+        # recorded here: the transaction it broke rolls back at the next statement.)
+        cause = exc.message if isinstance(exc, NotificationError) else f"{type(exc).__name__}: {exc}"
         notification.status = Status.FAILED
         notification.message = ""
-        notification.last_error = f"the digest could not be rendered: {exc.message}"[:2000]
+        notification.last_error = f"the digest could not be rendered: {cause}"[:2000]
         return notification
     notification.subject = content.subject
     notification.message = content.message
@@ -386,17 +415,24 @@ def digest_member_cancel(*, notification: Notification) -> Notification:
 
 def digest_sweep(*, now: datetime) -> int:
     """Close the digests that are due and that no close message closed: windows longer than
-    BROKER_DELAY_MAX_SECONDS, a lost message, a closer that died after an accept's commit."""
+    BROKER_DELAY_MAX_SECONDS, a lost message, a closer that died after an accept's commit. The
+    oldest due first, in turns by client (due_in_turns): one client's backlog of due digests
+    takes its share of a pass, never every place in it; a pass stops after DIGEST_SWEEP_SECONDS."""
     grace = now - timedelta(seconds=DIGEST_SWEEP_GRACE_SECONDS)
     due = Digest.objects.filter(
         Q(status=DigestStatus.OPEN, closes_at__lte=grace) | Q(status=DigestStatus.CLOSING, updated_at__lte=grace)
-    ).values_list("pk", flat=True)[:DIGEST_SWEEP_BATCH]
+    )
+    # Due since its window ended, or since it went closing (full) when that came first.
+    due_at = Case(When(status=DigestStatus.CLOSING, updated_at__lt=F("closes_at"), then=F("updated_at")), default=F("closes_at"))
     closed = 0
-    for pk in list(due):
+    deadline = time.monotonic() + DIGEST_SWEEP_SECONDS
+    for pk in list(due_in_turns(due, due=due_at, limit=DIGEST_SWEEP_BATCH).values_list("pk", flat=True)):
         try:
-            closed += digest_close(digest_id=pk, now=now).outcome in ("sent", "empty")
+            closed += digest_close(digest_id=pk, now=now).outcome in ("sent", "failed", "empty")
         except Exception:
             logger.warning("could not close digest %s; the next sweep tries again", pk, exc_info=True)
+        if time.monotonic() >= deadline:
+            break
     return closed
 
 

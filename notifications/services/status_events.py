@@ -29,6 +29,7 @@ from ..concurrency import TURN_WAIT_SECONDS, webhook_turn_take
 from ..conf import STATUS_EVENT_ROUTE, get_config
 from ..errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
 from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
+from ..selectors import due_in_turns
 
 logger = logging.getLogger("notifications.services")
 
@@ -199,7 +200,10 @@ def status_event_sweep(*, now: datetime, grace_seconds: float) -> int:
         state=StatusEventState.PENDING,
         next_attempt_at__lte=now - timedelta(seconds=grace_seconds),
     )
-    ids = list(lost.values_list("pk", flat=True)[:SWEEP_BATCH])
+    # The oldest due first, in turns by client: one client's failing endpoint never fills a pass.
+    ids = list(
+        due_in_turns(lost, due=F("next_attempt_at"), limit=SWEEP_BATCH, candidates=20 * SWEEP_BATCH).values_list("pk", flat=True)
+    )
     if not ids:
         return 0
     # Through the same filter, so a row another sweeper or a post took meanwhile is left to it.

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from ..conf import get_config
@@ -21,6 +21,7 @@ from ..models import (
     Notification,
     Status,
 )
+from ..selectors import due_in_turns
 from .broadcasts import broadcast_resume_stale
 from .digests import digest_sweep
 from .outbox import notifications_enqueue
@@ -30,6 +31,9 @@ from .status_events import status_event_sweep
 # Rows due this recently are left to the on-commit enqueue that is about to happen.
 SWEEP_GRACE_SECONDS = 2.0
 SWEEP_BATCH = 500
+# The oldest due rows a pass ranks by client to take its SWEEP_BATCH: a client's backlog older
+# than this many rows delays another's newer ones until the pass has taken the backlog's head.
+SWEEP_CANDIDATES = 20 * SWEEP_BATCH
 
 logger = logging.getLogger("notifications.services")
 
@@ -60,20 +64,20 @@ def notification_sweep(*, now: datetime | None = None) -> SweepReport:
         Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=now - queued_timeout),
         status__in=[Status.ACCEPTED, Status.RETRYING],
         next_attempt_at__lte=now - timedelta(seconds=SWEEP_GRACE_SECONDS),
-    ).values_list("pk", flat=True)[:SWEEP_BATCH]
-    report.enqueued += notifications_enqueue(notification_ids=list(due))
+    )
+    report.enqueued += notifications_enqueue(notification_ids=_in_turns(due, due=F("next_attempt_at")))
 
     lost = Notification.objects.filter(
         Q(enqueued_at__lt=now - queued_timeout)
         | Q(enqueued_at__isnull=True, updated_at__lt=now - timedelta(seconds=SWEEP_GRACE_SECONDS)),
         status=Status.QUEUED,
-    ).values_list("pk", flat=True)[:SWEEP_BATCH]
-    report.requeued += notifications_enqueue(notification_ids=list(lost))
+    )
+    report.requeued += notifications_enqueue(notification_ids=_in_turns(lost, due=F("updated_at")))
 
     stuck = Notification.objects.filter(
         status=Status.SENDING, claimed_at__lt=now - timedelta(seconds=config.sending_timeout_seconds)
-    ).values_list("pk", flat=True)[:SWEEP_BATCH]
-    for pk in list(stuck):
+    )
+    for pk in _in_turns(stuck, due=F("claimed_at")):
         report.recovered += _notification_recover_interrupted(
             notification_id=pk, claimed_before=now - timedelta(seconds=config.sending_timeout_seconds)
         )
@@ -81,6 +85,12 @@ def notification_sweep(*, now: datetime | None = None) -> SweepReport:
     report.broadcasts = broadcast_resume_stale(now=now)
     report.digests = digest_sweep(now=now)
     return report
+
+
+def _in_turns(rows: QuerySet[Notification], *, due: F) -> list[Any]:
+    """A pass's share of ``rows``: the oldest due first, in turns by client (due_in_turns), ranked
+    among the SWEEP_CANDIDATES oldest so that a backlog of millions costs a bounded scan."""
+    return list(due_in_turns(rows, due=due, limit=SWEEP_BATCH, candidates=SWEEP_CANDIDATES).values_list("pk", flat=True))
 
 
 def _notification_recover_interrupted(*, notification_id: Any, claimed_before: datetime) -> bool:

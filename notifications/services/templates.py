@@ -16,7 +16,7 @@ from django.template import Context, Template, TemplateSyntaxError, VariableDoes
 from ..channels import CHANNEL_NAMES, OutgoingMessage, SendResult, validate_address
 from ..channels.providers import get_provider
 from ..conf import get_config
-from ..errors import RenderLimitExceeded, ValidationFailed
+from ..errors import RenderLimitExceeded, TemplateRenderFailed, ValidationFailed
 from ..locales import locale_fallbacks, locale_normalize
 from ..models import ApiClient, NotificationTemplate, TemplateVariant
 from ..selectors import template_variants_for
@@ -196,10 +196,17 @@ def _render(source: str, data: dict[str, Any], *, html: bool, budget: RenderBudg
         name = exc.name
     except VariableDoesNotExist as exc:  # a filter's argument: {{ a|default:b }} without b
         name = str(exc.params[0]) if exc.params else "?"
-    except TemplateRefused as exc:  # saved before today's bounds: never rendered
-        raise ValidationFailed(f"the template is refused: {exc}", extra={"field": "template"}) from None
+    except TemplateRefused as exc:  # saved before today's bounds: never rendered (and never will be)
+        raise TemplateRenderFailed(f"the template is refused: {exc}", extra={"field": "template"}) from None
     except TemplateSyntaxError as exc:  # saved before the checks (the admin's raw form, say)
-        raise ValidationFailed(f"the template does not compile: {exc}", extra={"field": "template"}) from None
+        raise TemplateRenderFailed(f"the template does not compile: {exc}", extra={"field": "template"}) from None
+    except TemplateRenderFailed:
+        raise
+    except Exception as exc:
+        # Anything else a render raises fails the same way with the same data: a filter's bad
+        # argument ({{ "a"|ljust:"b" }}), {% url %} of no route, a render past its bounds.
+        cause = exc.message if isinstance(exc, ValidationFailed) else f"{type(exc).__name__}: {exc}"
+        raise TemplateRenderFailed(f"the template could not be rendered: {cause}"[:500], extra={"field": "template"}) from exc
     raise ValidationFailed(f"the template uses {{{{ {name} }}}} but data has no {name!r}", extra={"field": f"data.{name}"})
 
 
