@@ -134,6 +134,10 @@ DEFAULTS: dict[str, Any] = {
     # Failed API token authentications one client address may make before it is answered 429.
     "API_AUTH_FAILURE_RATE": "20/min",
     "API_TOKEN_CACHE_SECONDS": 5.0,
+    # Per-client limits (an API client's own value, set in the admin, overrides each): the
+    # subscribers one topic may have, and the broadcasts a client may start in any hour.
+    "TOPIC_SUBSCRIBERS_MAX": 1_000_000,
+    "BROADCASTS_PER_HOUR_MAX": 100,
 }
 ENVIRONMENT_NAMES = {"RATE_LIMITS": "NOTIFICATIONS_RATE_LIMITS", "RETRY_POLICIES": "NOTIFICATIONS_RETRY_POLICIES"}
 
@@ -216,6 +220,8 @@ class NotificationsConfig:
     fcm_access_token: str = field(repr=False)
     api_auth_failure_rate: str
     api_token_cache_seconds: float
+    topic_subscribers_max: int
+    broadcasts_per_hour_max: int
     # PUBLIC_BASE_URL when it is set, else "": providers are then given no status callback URL
     # (the default, a loopback address, is one no provider could reach).
     provider_callback_base_url: str
@@ -423,6 +429,8 @@ def get_config() -> NotificationsConfig:
         fcm_access_token=str(raw["FCM_ACCESS_TOKEN"]),
         api_auth_failure_rate=_throttle_rate(raw, "API_AUTH_FAILURE_RATE"),
         api_token_cache_seconds=_at_least(raw, "API_TOKEN_CACHE_SECONDS", 0, float),
+        topic_subscribers_max=_at_least(raw, "TOPIC_SUBSCRIBERS_MAX", 1, int),
+        broadcasts_per_hour_max=_at_least(raw, "BROADCASTS_PER_HOUR_MAX", 1, int),
         provider_callback_base_url=_public_base_url(raw["PUBLIC_BASE_URL"]) if _given("PUBLIC_BASE_URL") else "",
         mailgun_webhook_signing_key=str(raw["MAILGUN_WEBHOOK_SIGNING_KEY"]),
         failover_accounts={

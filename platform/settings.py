@@ -351,6 +351,9 @@ NOTIFICATIONS = {
     "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default=None),
     "API_AUTH_FAILURE_RATE": env.str("API_AUTH_FAILURE_RATE", default=None),
     "API_TOKEN_CACHE_SECONDS": env.float("API_TOKEN_CACHE_SECONDS", default=None),
+    # Per-client limits; an API client's own values (admin) override them.
+    "TOPIC_SUBSCRIBERS_MAX": env.int("TOPIC_SUBSCRIBERS_MAX", default=None),
+    "BROADCASTS_PER_HOUR_MAX": env.int("BROADCASTS_PER_HOUR_MAX", default=None),
 }
 
 # --- Metrics and traces (docs/observability.md) -------------------------------------------------
