@@ -71,6 +71,9 @@ DEFAULTS: dict[str, Any] = {
     "IDEMPOTENCY_KEY_TTL_SECONDS": 24 * 3600,
     "MAX_MESSAGE_BYTES": 64 * 1024,
     "RATE_LIMITS": "email=50/s,sms=10/s,push=100/s,webhook=20/s",
+    # While API clients share a channel, how far ahead (seconds) one with a backlog may book its
+    # rate-limit slots: another client's send waits about this long per busy client (ratelimit.py).
+    "RATE_LIMIT_HOLD_SECONDS": 0.25,
     "RETRY_BASE_SECONDS": 5.0,
     "RETRY_CAP_SECONDS": 300.0,
     "RETRY_MAX_ATTEMPTS": 5,
@@ -191,6 +194,7 @@ class NotificationsConfig:
     idempotency_key_ttl_seconds: int
     max_message_bytes: int
     rate_limits: dict[str, RateLimit]
+    rate_limit_hold_seconds: float
     default_retry_policy: RetryPolicy
     retry_policies: dict[str, RetryPolicy]
     sweeper_interval_seconds: float
@@ -400,6 +404,7 @@ def get_config() -> NotificationsConfig:
         idempotency_key_ttl_seconds=_at_least(raw, "IDEMPOTENCY_KEY_TTL_SECONDS", 1, int),
         max_message_bytes=_at_least(raw, "MAX_MESSAGE_BYTES", 1, int),
         rate_limits=parse_rate_limits(raw["RATE_LIMITS"]),
+        rate_limit_hold_seconds=_at_least(raw, "RATE_LIMIT_HOLD_SECONDS", 0.001, float),
         default_retry_policy=default_policy,
         retry_policies=parse_retry_policies(raw["RETRY_POLICIES"]),
         sweeper_interval_seconds=_at_least(raw, "SWEEPER_INTERVAL_SECONDS", 0.01, float),

@@ -294,6 +294,7 @@ NOTIFICATIONS = {
     "IDEMPOTENCY_KEY_TTL_SECONDS": env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=None),
     "MAX_MESSAGE_BYTES": env.int("MAX_MESSAGE_BYTES", default=None),
     "RATE_LIMITS": env.str("NOTIFICATIONS_RATE_LIMITS", default=None),
+    "RATE_LIMIT_HOLD_SECONDS": env.float("RATE_LIMIT_HOLD_SECONDS", default=None),
     "RETRY_BASE_SECONDS": env.float("RETRY_BASE_SECONDS", default=None),
     "RETRY_CAP_SECONDS": env.float("RETRY_CAP_SECONDS", default=None),
     "RETRY_MAX_ATTEMPTS": env.int("RETRY_MAX_ATTEMPTS", default=None),
