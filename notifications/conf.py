@@ -73,7 +73,7 @@ DEFAULTS: dict[str, Any] = {
     "RATE_LIMITS": "email=50/s,sms=10/s,push=100/s,webhook=20/s",
     # While API clients share a channel, how far ahead (seconds) one with a backlog may book its
     # rate-limit slots: another client's send waits about this long per busy client (ratelimit.py).
-    "RATE_LIMIT_HOLD_SECONDS": 0.25,
+    "RATE_LIMIT_HOLD_SECONDS": 0.2,
     "RETRY_BASE_SECONDS": 5.0,
     "RETRY_CAP_SECONDS": 300.0,
     "RETRY_MAX_ATTEMPTS": 5,

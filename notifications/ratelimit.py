@@ -141,8 +141,9 @@ class _LocalReserver:
 
 
 # Reservations still to come that make a holder's a backlog: a client sending a notification every
-# quarter second while the channel is booked a quarter second ahead has at most one.
-BACKLOG_RESERVATIONS = 2
+# quarter second has at most two while its sends wait half a second, so a slow moment does not
+# turn it into one; a backlog then books at most two slots past RATE_LIMIT_HOLD_SECONDS.
+BACKLOG_RESERVATIONS = 3
 # A holder that asked for a slot within this long shares the bucket with the others that did.
 SHARED_WINDOW_SECONDS = 60.0
 

@@ -92,7 +92,7 @@ def test_another_clients_single_notifications_are_sent_within_a_few_slots_while_
             for request in requests[:b_at]
             if request.received_at >= accepted_at and request.headers.get("idempotency-key") in backlog
         ]
-        # A may have HOLD_SECONDS of the channel booked ahead (3 slots at 20/s) and one more, plus
+        # A may have HOLD_SECONDS of the channel booked ahead (3 slots at 20/s) and two more, plus
         # the one a thread is sending: B's send follows those, not up to a second (20 slots) of A's.
-        assert len(ahead_of_b) <= int(HOLD_SECONDS * RATE) + 3, [r.received_at - accepted_at for r in ahead_of_b]
+        assert len(ahead_of_b) <= int(HOLD_SECONDS * RATE) + 4, [r.received_at - accepted_at for r in ahead_of_b]
     assert a_pending >= BACKLOG // 3  # B went ahead while much of A's backlog was still waiting
