@@ -11,6 +11,7 @@ from bench.accept_http import AcceptRun
 from bench.drain import Drain
 from bench.end_to_end import EndToEnd
 from bench.list_scale import GOAL_MS, ScaleResult
+from bench.noisy import Noisy
 from bench.post_office_drain import EmailComparison
 from bench.profiling import Profile
 from bench.rate_limit import Accuracy
@@ -32,6 +33,7 @@ class Results:
     end_to_end: EndToEnd | None = None
     scale: ScaleResult | None = None
     accuracy: Accuracy | None = None
+    noisy: Noisy | None = None
     profiles: list[Profile] = field(default_factory=list)
 
 
@@ -76,6 +78,13 @@ def summary(r: Results) -> list[str]:
             f"| Slowest list page p95 at {r.scale.rows:,} rows ({worst.page.name}) | {_ms(worst.p95_ms)} ms | "
             f"/healthz p95 {_ms(r.scale.healthz_p95_ms)} ms | {worst.p95_ms / r.scale.healthz_p95_ms:.1f}x | < {GOAL_MS:.0f} ms | "
             f"{_yes(all(page.ok for page in r.scale.pages))} ({sum(page.ok for page in r.scale.pages)}/{len(r.scale.pages)} pages) |"
+        )
+    if r.noisy:
+        noisy = r.noisy
+        rows.append(
+            f"| Noisy neighbour: B's webhook p95 during A's {noisy.subscribers:,}-subscriber broadcast (issue #22) | "
+            f"{_ms(noisy.during.p95_ms)} ms | B alone p95 {_ms(noisy.alone.p95_ms)} ms | "
+            f"{noisy.during.p95_ms / noisy.alone.p95_ms:.1f}x | < 500 ms | {_yes(noisy.during.p95_ms < 500)} |"
         )
     return rows
 
@@ -298,6 +307,31 @@ def accuracy_section(r: Results) -> list[str]:
     ]
 
 
+def noisy_section(r: Results) -> list[str]:
+    assert r.noisy is not None
+    n = r.noisy
+    return [
+        "## 9. Noisy neighbour: one client's broadcast against another's single notifications",
+        "",
+        "`rundramatiq --processes 2 --threads 8`, the default rate limits (`webhook=20/s`, one bucket shared by every "
+        "client), every webhook posted over HTTP to a local receiver that answers 200 at once (bench/noisy.py). Client B "
+        f"accepts one webhook notification every {1 / n.rate:g} s: first alone, then while client A's broadcast to "
+        f"{n.subscribers:,} webhook subscribers drains (B starts once A's deliveries have begun, for "
+        f"{r.options.get('noisy_duration', 0):g} s). Latency: `delivered_at - created_at` of each of B's rows.",
+        "",
+        "| Client B's notifications | Count | p50 ms | p95 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|",
+        f"| Alone | {n.alone.count} | {_ms(n.alone.p50_ms)} | {_ms(n.alone.p95_ms)} | {_ms(n.alone.p99_ms)} |",
+        f"| During A's broadcast | {n.during.count} | {_ms(n.during.p50_ms)} | {_ms(n.during.p95_ms)} | {_ms(n.during.p99_ms)} |",
+        f"| During A's broadcast, accept -> claimed by a worker | {n.during_claimed.count} | {_ms(n.during_claimed.p50_ms)} | "
+        f"{_ms(n.during_claimed.p95_ms)} | {_ms(n.during_claimed.p99_ms)} |",
+        "",
+        f"A's deliveries while B was measured: {n.a_delivered_during:,}; A's notifications still pending when B's last was "
+        f"delivered: {n.a_pending_after:,}; B's not delivered: {n.b_undelivered}. "
+        f"p95 during A's broadcast: **{_ms(n.during.p95_ms)} ms** (goal < 500 ms).",
+    ]
+
+
 def profile_section(r: Results) -> list[str]:
     lines = [
         "## 8. Profiles (py-spy, `make bench PROFILE=1`)",
@@ -344,6 +378,7 @@ def render(r: Results) -> str:
         (len(r.accept) > 1 or len(r.drains) > 1, scaling_section),
         (r.accuracy, accuracy_section),
         (r.profiles, profile_section),
+        (r.noisy, noisy_section),
     ]
     for present, section in sections:
         if present:

@@ -11,7 +11,8 @@ ratio (the VM is small, shared and noisy):
 6. one process against two (gunicorn --workers, rundramatiq --processes), from 1 and 2
 7. rate-limit accuracy                                                 bench/rate_limit.py
 8. a broadcast's fan-out (time, peak memory) and delivery against a drain   bench/broadcast.py
-9. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+9. the noisy neighbour: B's single webhooks during A's 6,000-subscriber broadcast, and alone   bench/noisy.py
+10. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
 
 The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
 afterwards; every process it starts is stopped when its part ends, whatever happened.
@@ -34,7 +35,7 @@ from bench import machine, report  # noqa: E402
 from bench.harness import LOG_DIR, ROOT, bench_resources, log, require_tool, setup_django  # noqa: E402
 from bench.profiling import py_spy  # noqa: E402
 
-PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast")
+PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast", "noisy")
 
 
 def options() -> argparse.Namespace:
@@ -54,6 +55,9 @@ def options() -> argparse.Namespace:
     add("--backlog", type=int, default=600, help="Notifications queued for the rate-limit accuracy run.")
     add("--subscribers", default="10000,100000", help="Comma-separated broadcast sizes whose fan-out is timed.")
     add("--broadcast-deliveries", type=int, default=5000, help="Subscribers of the broadcast whose delivery rate is measured.")
+    add("--noisy-subscribers", type=int, default=6000, help="Subscribers of client A's broadcast in the noisy-neighbour part.")
+    add("--noisy-rate", type=float, default=4.0, help="Client B's single webhook notifications per second (noisy neighbour).")
+    add("--noisy-duration", type=float, default=30, help="Seconds client B sends during A's broadcast (noisy neighbour).")
     add("--only", default=",".join(PARTS), help=f"Comma-separated parts to run, of: {','.join(PARTS)}.")
     add("--profile", action="store_true", help="Also profile a worker and the web process with py-spy.")
     add("--output", type=Path, default=None, help="Where to write the results (default: bench/RESULTS.md for a full run).")
@@ -115,7 +119,18 @@ def _command() -> str:
 
 def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results) -> list[str]:
     """Run the parts; returns the lines of the sections report.py does not render (broadcasts)."""
-    from bench import accept_http, broadcast, drain, end_to_end, list_scale, post_office_drain, profiling, rate_limit, raw_pika
+    from bench import (
+        accept_http,
+        broadcast,
+        drain,
+        end_to_end,
+        list_scale,
+        noisy,
+        post_office_drain,
+        profiling,
+        rate_limit,
+        raw_pika,
+    )
 
     extra: list[str] = []
 
@@ -155,6 +170,12 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
             profiling.profile_web(duration=min(args.duration, 10), threads=args.threads, connections=args.connections)
         )
         results.profiles.append(profiling.profile_worker(count=args.messages))
+    if "noisy" in parts:
+        log(f"noisy neighbour: B's webhooks at {args.noisy_rate:g}/s during A's broadcast to {args.noisy_subscribers:,}")
+        results.noisy = noisy.noisy_neighbour(
+            subscribers=args.noisy_subscribers, rate=args.noisy_rate, seconds=args.noisy_duration
+        )
+        log(f"noisy neighbour: B's p95 {results.noisy.during.p95_ms:.0f} ms during, {results.noisy.alone.p95_ms:.0f} ms alone")
     if "broadcast" in parts:
         sizes = [int(size) for size in args.subscribers.split(",")]
         extra += ["", *broadcast.section(broadcast.broadcast_bench(sizes=sizes, deliveries=args.broadcast_deliveries))]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import dramatiq
 from dramatiq.middleware import CurrentMessage
 
 from . import services
-from .conf import BROADCAST_FAN_OUT_ROUTE, DELIVERY_ROUTES, DIGEST_CLOSE_ROUTE, STATUS_EVENT_ROUTE
+from .conf import BROADCAST_FAN_OUT_ROUTE, DELIVERY_ROUTES, DIGEST_CLOSE_ROUTE, STATUS_EVENT_ROUTE, get_config
 
 # Unexpected errors (the database briefly gone, say) get a few broker retries; the row's state
 # lets the sweeper pick the notification up again after that in any case. Our delivery retries
@@ -23,6 +24,15 @@ _ACTOR_OPTIONS: dict[str, Any] = {
 }
 
 
+# A message that finds no send slot again and again comes back later and later (full jitter):
+# a client's backlog of many messages on a slow limit would otherwise cycle through the broker
+# and the worker threads many times a slot (ratelimit.py reserves a backlog only a short way
+# ahead), keeping the threads that other clients' notifications wait for busy with nothing.
+SLOT_WAITS_OPTION = "slot_waits"
+SLOT_WAIT_BASE_SECONDS = 0.1
+SLOT_WAIT_CAP_SECONDS = 3.0
+
+
 def _deliver(notification_ids: tuple[str, ...]) -> None:
     try:
         services.notifications_deliver(notification_ids=list(notification_ids))
@@ -31,8 +41,8 @@ def _deliver(notification_ids: tuple[str, ...]) -> None:
 
 
 def _wait_for_send_slot(seconds: float, *, notification_ids: list[str]) -> None:
-    """Put the message in hand back on its queue after ``seconds``, as it is, with only the ids
-    that found no send slot.
+    """Put the message in hand back on its queue after ``seconds`` (or its backoff, if longer), as
+    it is, with only the ids that found no send slot.
 
     Our own rate limit is a wait, not an attempt. Dramatiq's Retries middleware counts every
     exception it sees, ``Retry`` included (dramatiq 2.x ``middleware/retries.py``), so raising
@@ -42,7 +52,12 @@ def _wait_for_send_slot(seconds: float, *, notification_ids: list[str]) -> None:
     message = CurrentMessage.get_current_message()
     if message is None:  # called outside a worker (a direct call in a test): nothing to requeue
         raise services.SendRateLimited(seconds, notification_ids=notification_ids)
-    dramatiq.get_broker().enqueue(message.copy(args=tuple(notification_ids)), delay=max(1, int(seconds * 1000)))
+    waits = int(message.options.get(SLOT_WAITS_OPTION, 0))
+    # Never past BROKER_DELAY_MAX_SECONDS: a longer wait is held in PostgreSQL, not in a message.
+    cap = min(SLOT_WAIT_CAP_SECONDS, get_config().broker_delay_max_seconds)
+    backoff = random.uniform(0, min(cap, SLOT_WAIT_BASE_SECONDS * 2**waits))
+    again = message.copy(args=tuple(notification_ids), options={SLOT_WAITS_OPTION: waits + 1})
+    dramatiq.get_broker().enqueue(again, delay=max(1, int(max(seconds, backoff) * 1000)))
 
 
 # A message carries one notification id, or several enqueued together (services/outbox.py).

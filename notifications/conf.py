@@ -74,6 +74,9 @@ DEFAULTS: dict[str, Any] = {
     # loops over large data fails, as one that renders past MAX_MESSAGE_BYTES does.
     "TEMPLATE_RENDER_SECONDS": 1.0,
     "RATE_LIMITS": "email=50/s,sms=10/s,push=100/s,webhook=20/s",
+    # While API clients share a channel, how far ahead (seconds) one with a backlog may book its
+    # rate-limit slots: another client's send waits about this long per busy client (ratelimit.py).
+    "RATE_LIMIT_HOLD_SECONDS": 0.2,
     "RETRY_BASE_SECONDS": 5.0,
     "RETRY_CAP_SECONDS": 300.0,
     "RETRY_MAX_ATTEMPTS": 5,
@@ -146,6 +149,10 @@ DEFAULTS: dict[str, Any] = {
     # Failed API token authentications one client address may make before it is answered 429.
     "API_AUTH_FAILURE_RATE": "20/min",
     "API_TOKEN_CACHE_SECONDS": 5.0,
+    # Per-client limits (an API client's own value, set in the admin, overrides each): the
+    # subscribers one topic may have, and the broadcasts a client may start in any hour.
+    "TOPIC_SUBSCRIBERS_MAX": 1_000_000,
+    "BROADCASTS_PER_HOUR_MAX": 100,
 }
 ENVIRONMENT_NAMES = {"RATE_LIMITS": "NOTIFICATIONS_RATE_LIMITS", "RETRY_POLICIES": "NOTIFICATIONS_RETRY_POLICIES"}
 
@@ -200,6 +207,7 @@ class NotificationsConfig:
     max_message_bytes: int
     template_render_seconds: float
     rate_limits: dict[str, RateLimit]
+    rate_limit_hold_seconds: float
     default_retry_policy: RetryPolicy
     retry_policies: dict[str, RetryPolicy]
     sweeper_interval_seconds: float
@@ -231,6 +239,8 @@ class NotificationsConfig:
     fcm_access_token: str = field(repr=False)
     api_auth_failure_rate: str
     api_token_cache_seconds: float
+    topic_subscribers_max: int
+    broadcasts_per_hour_max: int
     # PUBLIC_BASE_URL when it is set, else "": providers are then given no status callback URL
     # (the default, a loopback address, is one no provider could reach).
     provider_callback_base_url: str
@@ -416,6 +426,7 @@ def get_config() -> NotificationsConfig:
         max_message_bytes=_at_least(raw, "MAX_MESSAGE_BYTES", 1, int),
         template_render_seconds=_at_least(raw, "TEMPLATE_RENDER_SECONDS", 0.001, float),
         rate_limits=parse_rate_limits(raw["RATE_LIMITS"]),
+        rate_limit_hold_seconds=_at_least(raw, "RATE_LIMIT_HOLD_SECONDS", 0.001, float),
         default_retry_policy=default_policy,
         retry_policies=parse_retry_policies(raw["RETRY_POLICIES"]),
         sweeper_interval_seconds=_at_least(raw, "SWEEPER_INTERVAL_SECONDS", 0.01, float),
@@ -447,6 +458,8 @@ def get_config() -> NotificationsConfig:
         fcm_access_token=str(raw["FCM_ACCESS_TOKEN"]),
         api_auth_failure_rate=_throttle_rate(raw, "API_AUTH_FAILURE_RATE"),
         api_token_cache_seconds=_at_least(raw, "API_TOKEN_CACHE_SECONDS", 0, float),
+        topic_subscribers_max=_at_least(raw, "TOPIC_SUBSCRIBERS_MAX", 1, int),
+        broadcasts_per_hour_max=_at_least(raw, "BROADCASTS_PER_HOUR_MAX", 1, int),
         provider_callback_base_url=_public_base_url(raw["PUBLIC_BASE_URL"]) if _given("PUBLIC_BASE_URL") else "",
         mailgun_webhook_signing_key=str(raw["MAILGUN_WEBHOOK_SIGNING_KEY"]),
         failover_accounts={

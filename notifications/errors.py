@@ -61,6 +61,22 @@ class IdempotencyInFlight(NotificationError):
     code = "idempotency_key_in_flight"
 
 
+class LimitExceeded(NotificationError):
+    """A per-client limit the request would go past; ``extra['limit']`` names the setting that
+    sets it (TOPIC_SUBSCRIBERS_MAX) and ``extra['value']`` the client's value of it."""
+
+    code = "limit_exceeded"
+
+
+class RateLimitExceeded(LimitExceeded):
+    """A per-client limit counted over time (BROADCASTS_PER_HOUR_MAX): trying again after
+    ``retry_after`` seconds can succeed."""
+
+    def __init__(self, message: str, *, retry_after: float, **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
 class ChannelError(NotificationError):
     """A provider could not deliver; the subclasses say whether trying again can help."""
 

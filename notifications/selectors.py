@@ -246,6 +246,8 @@ class PendingDelivery:
     suppression_reason: str = ""
     # A fallback notification (a route of channels): a channel withheld now is skipped, not the whole.
     has_route: bool = False
+    # Whose it is: a client's sends hold only its share of a channel's rate limit (ratelimit.py).
+    client_id: int | None = None
 
 
 def notification_pending_delivery(notification_id: Any) -> PendingDelivery | None:
@@ -279,7 +281,7 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
         f"SELECT n.{col(Notification, 'id')}, n.{col(Notification, 'channel')}, n.{col(Notification, 'next_attempt_at')}, "
         f"n.{col(Notification, 'route')}, c.{col(Category, 'key')}, c.{col(Category, 'critical')}, "
         f"c.{col(Category, 'default_enabled')}, r.{col(Recipient, 'preferences')}, r.{col(Recipient, 'quiet_hours')}, "
-        f"r.{col(Recipient, 'timezone')}, "
+        f"r.{col(Recipient, 'timezone')}, n.{col(Notification, 'client')}, "
         f"(SELECT s.{col(Suppression, 'reason')} FROM {s} s WHERE s.{col(Suppression, 'client')} = n.{col(Notification, 'client')} "
         f"AND s.{col(Suppression, 'channel')} = n.{col(Notification, 'channel')} "
         f"AND s.{col(Suppression, 'address')} = n.{col(Notification, 'address')} LIMIT 1) "
@@ -294,7 +296,20 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
         rows = cursor.fetchall()
     json_value: Any = Recipient._meta.get_field("preferences").from_db_value  # type: ignore[union-attr]
     pending = {}
-    for pk, channel, next_attempt_at, route, key, critical, default_enabled, preferences, quiet_hours, zone, suppressed in rows:
+    for (
+        pk,
+        channel,
+        next_attempt_at,
+        route,
+        key,
+        critical,
+        default_enabled,
+        preferences,
+        quiet_hours,
+        zone,
+        client,
+        suppressed,
+    ) in rows:
         pending[str(pk_field.to_python(pk))] = PendingDelivery(
             channel=channel,
             next_attempt_at=_aware(next_attempt_at),
@@ -306,6 +321,7 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
             timezone=zone or "",
             suppression_reason=suppressed or "",
             has_route=bool(json_value(route, None, connection)),
+            client_id=client,
         )
     return pending
 

@@ -295,6 +295,7 @@ NOTIFICATIONS = {
     "MAX_MESSAGE_BYTES": env.int("MAX_MESSAGE_BYTES", default=None),
     "TEMPLATE_RENDER_SECONDS": env.float("TEMPLATE_RENDER_SECONDS", default=None),
     "RATE_LIMITS": env.str("NOTIFICATIONS_RATE_LIMITS", default=None),
+    "RATE_LIMIT_HOLD_SECONDS": env.float("RATE_LIMIT_HOLD_SECONDS", default=None),
     "RETRY_BASE_SECONDS": env.float("RETRY_BASE_SECONDS", default=None),
     "RETRY_CAP_SECONDS": env.float("RETRY_CAP_SECONDS", default=None),
     "RETRY_MAX_ATTEMPTS": env.int("RETRY_MAX_ATTEMPTS", default=None),
@@ -354,6 +355,9 @@ NOTIFICATIONS = {
     "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default=None),
     "API_AUTH_FAILURE_RATE": env.str("API_AUTH_FAILURE_RATE", default=None),
     "API_TOKEN_CACHE_SECONDS": env.float("API_TOKEN_CACHE_SECONDS", default=None),
+    # Per-client limits; an API client's own values (admin) override them.
+    "TOPIC_SUBSCRIBERS_MAX": env.int("TOPIC_SUBSCRIBERS_MAX", default=None),
+    "BROADCASTS_PER_HOUR_MAX": env.int("BROADCASTS_PER_HOUR_MAX", default=None),
 }
 
 # --- Metrics and traces (docs/observability.md) -------------------------------------------------

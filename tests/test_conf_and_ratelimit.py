@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -178,3 +179,28 @@ def test_options_missing_from_settings_take_conf_defaults_and_bad_ones_name_thei
         get_config()
     with override_settings(NOTIFICATIONS={"EVENTS_PREFETCH": 0}), pytest.raises(ImproperlyConfigured, match="EVENTS_PREFETCH"):
         get_config()
+
+
+def test_while_clients_share_a_channel_a_backlog_holds_only_its_share_so_another_clients_send_waits_little() -> None:
+    # webhook=10/s with RATE_LIMIT_HOLD_SECONDS=0.25. Client B has sent (the bucket is shared).
+    # Client A, asking for 100 slots again and again (a backlog), is given 0.25 s of the
+    # channel's time (3 slots of 0.1 s) and two more slots, then nothing until its slots pass;
+    # B's next send waits those 5 slots, not the second (10 slots) A would have booked before.
+    # B, sending now and then, is never refused.
+    with override_notifications(RATE_LIMITS="webhook=10/s", RATE_LIMIT_HOLD_SECONDS=0.25):
+        assert reserve_send_slot("webhook", count=1, holder="2").wait_seconds == 0
+        time.sleep(0.11)  # B's slot passes (the limiter's clock is Redis', not one a test can move)
+        a = [reserve_send_slot("webhook", count=100, holder="1") for _ in range(4)]
+        b = reserve_send_slot("webhook", count=1, holder="2")
+        b_again = reserve_send_slot("webhook", count=1, holder="2")
+    assert [(r.reserved, r.slots) for r in a] == [(True, 3), (True, 1), (True, 1), (False, 1)]
+    assert 0.29 <= a[1].wait_seconds <= 0.31 and 0.39 <= a[2].wait_seconds <= 0.41
+    assert 0.2 < a[3].wait_seconds <= 0.26  # back once the booking is within 0.25 s
+    assert b.reserved and b.slots == 1 and 0.49 <= b.wait_seconds <= 0.51
+    assert b_again.reserved and 0.59 <= b_again.wait_seconds <= 0.61
+
+
+def test_a_client_alone_on_a_channel_books_ahead_as_before() -> None:
+    with override_notifications(RATE_LIMITS="webhook=10/s", RATE_LIMIT_HOLD_SECONDS=0.25):
+        alone = reserve_send_slot("webhook", count=100, holder="1")
+    assert alone.reserved and alone.slots == 11  # the second ahead a caller accepts

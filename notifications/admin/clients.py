@@ -1,4 +1,5 @@
-"""Admin for API clients, superusers only: create one, rotate its token, revoke it; never delete it."""
+"""Admin for API clients, superusers only: create one, rotate its token, revoke it, set its own
+limits; never delete it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from .. import services
 from ..models import ApiClient
 from .base import _report
 
-# What an existing client's page shows, all read-only: a client changes only through the actions.
+# What an existing client's page shows read-only: a client changes only through the actions...
 SHOWN_FIELDS = ("name", "token_prefix", "is_active", "status_webhook_url", "created_at", "token_rotated_at")
+# ...but for its own limits (empty: the setting's default), saved through services.api_client_limits_set.
+LIMIT_FIELDS = ("topic_subscribers_max", "broadcasts_per_hour_max")
 
 
 @admin.register(ApiClient)
@@ -40,13 +43,14 @@ class ApiClientAdmin(admin.ModelAdmin):
         return False
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return ("name",) if obj is None else SHOWN_FIELDS
+        return ("name",) if obj is None else SHOWN_FIELDS + LIMIT_FIELDS
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return () if obj is None else SHOWN_FIELDS
 
     def save_model(self, request: HttpRequest, obj: ApiClient, form: Any, change: bool) -> None:
         if change:
+            services.api_client_limits_set(client=obj, **{name: form.cleaned_data[name] for name in LIMIT_FIELDS})
             return
         client, token = services.api_client_create(name=form.cleaned_data["name"])
         obj.pk = client.pk

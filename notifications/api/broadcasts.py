@@ -119,6 +119,9 @@ class BroadcastCollectionView(APIView):
             409: "The same Idempotency-Key is still being processed; retry shortly.",
             413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
             422: "The same Idempotency-Key came with a different body (or was used for a notification).",
+            429: "Over the client's request rate (API_THROTTLE_RATE), or over the broadcasts it may start in an hour "
+            "(code limit_exceeded, limit BROADCASTS_PER_HOUR_MAX, value its limit); Retry-After says in how many seconds "
+            "to try again.",
         },
         request=BroadcastCreateSerializer,
         parameters=[IDEMPOTENCY_HEADER, REPLAYED_HEADER],

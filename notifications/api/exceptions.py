@@ -7,6 +7,7 @@ traceback), and the database being unreachable a 503 with Retry-After; never Dja
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 from typing import Any
 
@@ -21,8 +22,10 @@ from ..errors import (
     IdempotencyConflict,
     IdempotencyInFlight,
     InvalidTransition,
+    LimitExceeded,
     NotFound,
     NotificationError,
+    RateLimitExceeded,
     ValidationFailed,
 )
 from ..logging import current_request_id
@@ -50,6 +53,8 @@ def database_unavailable(exc: BaseException | None) -> bool:
 
 _STATUS_BY_ERROR: list[tuple[type[NotificationError], int]] = [
     (ValidationFailed, status.HTTP_400_BAD_REQUEST),
+    (RateLimitExceeded, status.HTTP_429_TOO_MANY_REQUESTS),
+    (LimitExceeded, status.HTTP_400_BAD_REQUEST),
     (NotFound, status.HTTP_404_NOT_FOUND),
     (IdempotencyConflict, status.HTTP_422_UNPROCESSABLE_ENTITY),
     (IdempotencyInFlight, status.HTTP_409_CONFLICT),
@@ -104,7 +109,8 @@ def unhandled_error(exc: BaseException | None) -> tuple[int, dict[str, Any], dic
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, NotificationError):
         http_status = next((code for cls, code in _STATUS_BY_ERROR if isinstance(exc, cls)), status.HTTP_400_BAD_REQUEST)
-        return Response(error_body(exc.code, exc.message, **exc.extra), status=http_status)
+        headers = {"Retry-After": str(math.ceil(exc.retry_after))} if isinstance(exc, RateLimitExceeded) else None
+        return Response(error_body(exc.code, exc.message, **exc.extra), status=http_status, headers=headers)
     if isinstance(exc, RequestDataTooBig):
         # Raised while DRF reads the body; left to Django it became an HTML 400 page.
         return Response(error_body("request_too_large", str(exc)), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)

@@ -41,13 +41,14 @@ def api_operation(
     operation_id: str, answers: dict[int, Answer], *, request: Any = None, parameters: Sequence[Any] = ()
 ) -> Callable[[Any], Any]:
     """``extend_schema`` for an operation of the v1 API: ``answers`` (a str is an error answer with
-    that description, in the one error shape) plus 401, 429 and 503."""
+    that description, in the one error shape) plus 401, 429 and 503 (an operation may say more of
+    one of these: its own description is kept)."""
     responses = {code: error(answer) if isinstance(answer, str) else answer for code, answer in answers.items()}
     return extend_schema(
         operation_id=operation_id,
         request=request,
         parameters=[*parameters, *SHARED_HEADERS],
-        responses={**responses, **SHARED_ANSWERS},
+        responses={**responses, **{code: answer for code, answer in SHARED_ANSWERS.items() if code not in responses}},
     )
 
 

@@ -83,8 +83,10 @@ class TopicSubscribersView(APIView):
         "topics_subscribe",
         {
             200: SubscribedSerializer,
-            400: f"The key is not a slug, user_ids is not a list of 1 to {MAX_SUBSCRIBE} user ids, or some name no stored recipient "
-            "(details.unknown_user_ids lists them; nobody was subscribed).",
+            400: f"The key is not a slug, user_ids is not a list of 1 to {MAX_SUBSCRIBE} user ids, some name no stored recipient "
+            "(details.unknown_user_ids lists them; nobody was subscribed), or the topic would have more subscribers than "
+            "the client may have on one (code limit_exceeded, limit TOPIC_SUBSCRIBERS_MAX, value its limit; nobody was "
+            "subscribed).",
             404: NO_TOPIC,
         },
         request=SubscribeSerializer,

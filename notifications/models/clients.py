@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone as django_timezone
 
@@ -25,6 +26,19 @@ class ApiClient(models.Model):
     webhook_secret = models.CharField(max_length=64, default="", blank=True, help_text="Signs webhook deliveries (HMAC-SHA256).")
     # Where the client's status events go (services/status_events.py); empty: none are made.
     status_webhook_url = models.CharField(max_length=2000, blank=True, default="")
+    # Per-client limits (services/limits.py); empty: the setting of the same name in capitals.
+    topic_subscribers_max = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Subscribers one topic may have. Empty: TOPIC_SUBSCRIBERS_MAX (default 1,000,000).",
+    )
+    broadcasts_per_hour_max = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Broadcasts started in any hour. Empty: BROADCASTS_PER_HOUR_MAX (default 100).",
+    )
     created_at = models.DateTimeField(default=django_timezone.now, editable=False)
     token_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
 

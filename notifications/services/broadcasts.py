@@ -50,6 +50,7 @@ from .accept import AcceptResult, NotificationRequest, _idempotency_claim, idemp
 from .caps import NO_SLOT, CapSlot, recipient_cap_take
 from .consent import consent_at_accept
 from .content import notification_content, requested_content
+from .limits import broadcast_start_check
 from .outbox import notification_enqueued_state, notifications_publish
 from .preferences import category_for_client
 from .status_events import status_event_record
@@ -92,7 +93,8 @@ def broadcast_create(
     """Accept a broadcast exactly once per (client, idempotency key), as a notification is: the
     key with its final answer and the broadcast in one transaction, the fan-out enqueued after
     the commit. The key space is the client's notification keys' (one table), so a key already
-    used for a notification is a 422 here (fingerprints differ), never a replay of the other."""
+    used for a notification is a 422 here (fingerprints differ), never a replay of the other.
+    Past the client's BROADCASTS_PER_HOUR_MAX it is a RateLimitExceeded (429), its key not kept."""
     key = idempotency_key or str(uuid.uuid4())
     try:
         broadcast = broadcast_build(client=client, request=request, idempotency_key=key)
@@ -108,6 +110,9 @@ def broadcast_create(
             if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
                 raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
             return replay
+        # The client's row lock: two broadcasts of one client never both take its last one of the hour.
+        own_limit = ApiClient.objects.select_for_update().filter(pk=client.pk).values_list("broadcasts_per_hour_max", flat=True)
+        broadcast_start_check(client=client, own_limit=own_limit.first(), now=broadcast.created_at)
         broadcast.save(force_insert=True)
         transaction.on_commit(lambda: broadcast_fan_out_enqueue(broadcast_id=broadcast.pk))
     return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(broadcast.id))

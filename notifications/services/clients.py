@@ -39,6 +39,19 @@ def api_client_create(*, name: str) -> tuple[ApiClient, str]:
     return client, token
 
 
+def api_client_limits_set(*, client: ApiClient, topic_subscribers_max: int | None, broadcasts_per_hour_max: int | None) -> None:
+    """Set the client's own limits (services/limits.py); None: the setting's default. Only these
+    two columns are written, so nothing else of the client changes with them."""
+    for name, value in (("topic_subscribers_max", topic_subscribers_max), ("broadcasts_per_hour_max", broadcasts_per_hour_max)):
+        if value is not None and value < 1:
+            raise ValidationFailed(f"{name} must be at least 1 (or empty for the default)", extra={"field": name})
+    client.topic_subscribers_max = topic_subscribers_max
+    client.broadcasts_per_hour_max = broadcasts_per_hour_max
+    ApiClient.objects.filter(pk=client.pk).update(
+        topic_subscribers_max=topic_subscribers_max, broadcasts_per_hour_max=broadcasts_per_hour_max
+    )
+
+
 def api_client_get_or_create(*, name: str) -> ApiClient:
     """The named client, created (with a token nobody knows yet) when missing; race-safe."""
     client = ApiClient.objects.filter(name=name).first()

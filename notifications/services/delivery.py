@@ -88,7 +88,8 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
     outcomes = dict.fromkeys(ids, DeliveryOutcome("skipped"))
     # The pending check also reads what consent depends on now, in the same one query.
     pending, now = notifications_pending_delivery(ids), timezone.now()
-    by_channel: dict[str, list[str]] = {}
+    # By channel and client: a client's sends reserve only its share of the channel's rate limit.
+    by_channel: dict[tuple[str, Any], list[str]] = {}
     for pk in ids:
         found = pending.get(pk)
         if found is None:
@@ -100,11 +101,11 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
         if withheld is not None:
             outcomes[pk] = withheld
             continue
-        by_channel.setdefault(found.channel, []).append(pk)
+        by_channel.setdefault((found.channel, found.client_id), []).append(pk)
     come_back: list[str] = []
     retry_after = 0.0
     started = time.monotonic()
-    for channel, waiting in by_channel.items():
+    for (channel, client_id), waiting in by_channel.items():
         chunk = 1 if len(waiting) == 1 else FIRST_CHUNK
         while waiting:
             if time.monotonic() - started > BATCH_SECONDS:
@@ -113,7 +114,9 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
                 break
             taken, waiting = waiting[:chunk], waiting[chunk:]
             chunk_started = time.monotonic()
-            left, wait, turn_waiting = _chunk_deliver(channel, taken, outcomes, deadline=started + BATCH_SECONDS)
+            left, wait, turn_waiting = _chunk_deliver(
+                channel, taken, outcomes, deadline=started + BATCH_SECONDS, client_id=client_id
+            )
             if turn_waiting:
                 # Their client's webhook turns are all out: they come back in a moment, the rest go on.
                 come_back += turn_waiting
@@ -133,12 +136,17 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
 
 
 def _chunk_deliver(
-    channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], *, deadline: float
+    channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], *, deadline: float, client_id: Any = None
 ) -> tuple[list[str], float, list[str]]:
-    """Slots, claim, sends and records of one chunk of a channel; returns the ids that found no
-    slot, or no time before ``deadline``, and when to come back for them; and the ids whose
-    client had no webhook turn free (concurrency.py), given back unsent too."""
-    reservation = reserve_send_slot(channel_spec(channel).rate_limit_bucket, account=provider_account(channel), count=len(ids))
+    """Slots, claim, sends and records of one chunk of a channel and client; returns the ids that
+    found no slot, or no time before ``deadline``, and when to come back for them; and the ids
+    whose client had no webhook turn free (concurrency.py), given back unsent too."""
+    reservation = reserve_send_slot(
+        channel_spec(channel).rate_limit_bucket,
+        account=provider_account(channel),
+        count=len(ids),
+        holder="" if client_id is None else str(client_id),
+    )
     if not reservation.reserved:
         metrics.record_rate_limited(channel=channel)
         if reservation.wait_seconds > get_config().broker_delay_max_seconds:

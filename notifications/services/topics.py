@@ -11,6 +11,7 @@ from ..errors import NotFound, ValidationFailed
 from ..models import ApiClient, Topic, TopicSubscription
 from ..selectors import recipient_ids_by_user_id, topic_get, topic_subscriber_count
 from ..sql import insert_rows_or_nothing
+from .limits import topic_subscribers_check
 from .preferences import key_check
 
 MAX_TOPIC_KEY_LENGTH = 100  # Topic.key
@@ -55,7 +56,8 @@ def topic_subscribe(*, client: ApiClient, key: str, user_ids: list[str]) -> Subs
     Subscribers are the client's stored recipients (``PUT /recipients/{user_id}``): a user id with
     none is refused, the whole call with it, listing every unknown one in ``unknown_user_ids``. A
     broadcast sends to a recipient's stored address, so a subscriber nobody can be reached at is a
-    mistake worth saying at once rather than a suppressed notification later."""
+    mistake worth saying at once rather than a suppressed notification later. A call that would
+    take the topic past the client's TOPIC_SUBSCRIBERS_MAX is refused whole (LimitExceeded)."""
     topic = topic_for_client(client=client, key=key)
     if not 1 <= len(user_ids) <= MAX_SUBSCRIBE:
         raise ValidationFailed(f"user_ids is a list of 1 to {MAX_SUBSCRIBE} user ids", extra={"field": "user_ids"})
@@ -69,8 +71,17 @@ def topic_subscribe(*, client: ApiClient, key: str, user_ids: list[str]) -> Subs
         )
     now = timezone.now()
     rows = [{"topic_id": topic.pk, "recipient_id": known[user_id], "created_at": now} for user_id in wanted]
-    added = insert_rows_or_nothing(TopicSubscription, rows, conflict_fields=("topic_id", "recipient_id"), returning="id")
-    return SubscribeResult(added=len(added), subscriber_count=topic_subscriber_count(topic_id=topic.pk))
+    with transaction.atomic():
+        # The topic's row lock makes concurrent subscribes to it count one after the other, so
+        # two can never both pass the limit; the count taken after the insert is the answer's.
+        # The client's own limit is read with it.
+        locked = Topic.objects.select_for_update(of=("self",)).filter(pk=topic.pk)
+        own_limit = locked.values_list("client__topic_subscribers_max", flat=True).first()
+        added = insert_rows_or_nothing(TopicSubscription, rows, conflict_fields=("topic_id", "recipient_id"), returning="id")
+        count = topic_subscriber_count(topic_id=topic.pk)
+        if added:
+            topic_subscribers_check(own_limit=own_limit, subscribers=count)  # raising rolls the insert back
+    return SubscribeResult(added=len(added), subscriber_count=count)
 
 
 def topic_unsubscribe(*, client: ApiClient, key: str, user_id: str) -> bool:
