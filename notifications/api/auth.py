@@ -66,6 +66,7 @@ class ApiClientTokenAuthentication(authentication.BaseAuthentication):
         if locked_out and not active_tokens.contains(token_hash):
             raise exceptions.Throttled(failures.wait())
         failed = False
+        generation = known_tokens.generation  # before the read: a change after it is not remembered
         try:
             client = ApiClient.objects.filter(token_hash=token_hash).first()
             if client is None or not client.is_active:
@@ -76,7 +77,7 @@ class ApiClientTokenAuthentication(authentication.BaseAuthentication):
         finally:
             if not failed:  # a good token, or an error not of the client's making (the database down)
                 failures.give_back()
-        known_tokens.remember(token_hash, client)
+        known_tokens.remember(token_hash, client, generation=generation)
         return client, header[1]
 
     def authenticate_header(self, request: Request) -> str:

@@ -19,7 +19,7 @@ from ..models import (
     ApiClient,
     Recipient,
 )
-from ..token_cache import active_tokens, known_tokens
+from ..token_cache import api_client_changed
 from .quiet_hours import quiet_hours_check, time_zone_check
 
 logger = logging.getLogger("notifications.services")
@@ -35,7 +35,7 @@ def api_client_create(*, name: str) -> tuple[ApiClient, str]:
     client = ApiClient(name=name, webhook_secret=uuid.uuid4().hex + uuid.uuid4().hex)
     token = client.set_new_token()
     client.save()
-    active_tokens.forget()
+    api_client_changed()  # its token is known to every process's active hashes at once
     return client, token
 
 
@@ -50,6 +50,7 @@ def api_client_limits_set(*, client: ApiClient, topic_subscribers_max: int | Non
     ApiClient.objects.filter(pk=client.pk).update(
         topic_subscribers_max=topic_subscribers_max, broadcasts_per_hour_max=broadcasts_per_hour_max
     )
+    api_client_changed()
 
 
 def api_client_get_or_create(*, name: str) -> ApiClient:
@@ -71,16 +72,14 @@ def api_client_rotate_token(*, client: ApiClient) -> str:
     token = client.set_new_token()
     client.token_rotated_at = timezone.now()
     client.save(update_fields=["token_hash", "token_prefix", "token_rotated_at"])
-    known_tokens.forget_all()  # the old token ends now in this process (API_TOKEN_CACHE_SECONDS in others)
-    active_tokens.forget()
+    api_client_changed()  # the old token ends now in this process, once this commits in every one
     return token
 
 
 def api_client_revoke(*, client: ApiClient) -> None:
     ApiClient.objects.filter(pk=client.pk).update(is_active=False)
     client.is_active = False
-    known_tokens.forget_all()
-    active_tokens.forget()
+    api_client_changed()
 
 
 RECIPIENT_FIELDS = ("email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "quiet_hours")

@@ -30,6 +30,7 @@ from ..conf import STATUS_EVENT_ROUTE, get_config
 from ..errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
 from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
 from ..selectors import due_in_turns
+from ..token_cache import REMEMBERED_MARK, api_client_changed
 
 logger = logging.getLogger("notifications.services")
 
@@ -78,6 +79,7 @@ def api_client_set_status_webhook_url(*, client: ApiClient, url: str) -> ApiClie
         except ValueError as exc:  # urlsplit's, e.g. "Invalid IPv6 URL"
             raise ValidationFailed(f"{url!r} is not a valid URL: {exc}", extra={"field": STATUS_WEBHOOK_FIELD}) from None
     ApiClient.objects.filter(pk=client.pk).update(status_webhook_url=url)
+    api_client_changed()
     client.status_webhook_url = url
     return client
 
@@ -88,6 +90,7 @@ def api_client_rotate_webhook_secret(*, client: ApiClient) -> str:
     secret = secrets.token_urlsafe(32)
     ApiClient.objects.filter(pk=client.pk).update(webhook_secret=secret)
     client.webhook_secret = secret
+    api_client_changed()
     return secret
 
 
@@ -154,7 +157,9 @@ def _known_status_webhook_url(notification: Notification) -> str | None:
         return str(url)
     if Notification.client.is_cached(notification):
         client = notification.client
-        if "status_webhook_url" not in client.get_deferred_fields():
+        # A client the token cache handed out may predate a change another process just made:
+        # read again (one query, only when an event is to be recorded) rather than lose the event.
+        if "status_webhook_url" not in client.get_deferred_fields() and not getattr(client, REMEMBERED_MARK, False):
             return client.status_webhook_url
     return None
 
