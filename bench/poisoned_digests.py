@@ -28,8 +28,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-# Renders with the one item an accept checks it with; raises (ValueError) once a digest has two.
-POISONED = '{{ count }} updates{% if count > 1 %}{{ "a"|ljust:"b" }}{% endif %}'
+# Passes the store-time bounds (a literal ljust:"b" would not); raises once a digest has two members.
+POISONED = "{{ count }} updates{% if count > 1 %}{{ count|divisibleby:0 }}{% endif %}"
 GOOD = "{{ count }} updates:{% for item in items %} {{ item.n }};{% endfor %}"
 
 
