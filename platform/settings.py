@@ -270,7 +270,11 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Notification platform API",
-    "DESCRIPTION": "Accept, track and cancel email, SMS, push and webhook notifications.",
+    "DESCRIPTION": "Accept, track and cancel email, SMS, push and webhook notifications.\n\n"
+    "Every /api/v1/ call but the providers' carries `Authorization: Bearer <token>`, a token an operator makes with "
+    '`manage.py create_api_client <name>`. Every error answers `{"error": {"code", "message", "field", '
+    '"details"}}`; a 429 or 503 says in Retry-After when to try again. Each request example here can be sent as it '
+    "is once what it names exists (the recipient user-42, the template welcome, the topic product-news).",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
