@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from .. import selectors, services
 from ..errors import ValidationFailed
 from ..models import DEFAULT_CATEGORY, Broadcast, BroadcastStatus, Channel, Priority
-from .schema import api_operation
+from .schema import api_operation, request_example
 from .serializers import ContentRules, RefusesUnknownFields, StrictCharField, locale_field
 from .views import IDEMPOTENCY_HEADER, MAX_KEY_LENGTH, REPLAYED_HEADER, _client, _require_object
 
@@ -125,6 +125,31 @@ class BroadcastCollectionView(APIView):
         },
         request=BroadcastCreateSerializer,
         parameters=[IDEMPOTENCY_HEADER, REPLAYED_HEADER],
+        summary="Start a broadcast",
+        description="Sends one message to every recipient subscribed to a topic: a notification each, made in the "
+        "background (bulk priority by default, so transactional sends go first), each subject to its recipient's "
+        "preferences, quiet hours and the suppression list. Give `message` or a `template` with its `data`; one "
+        "`channel`, or `channels` for a fallback route (not both). Answers at once (202); follow its counts with "
+        "GET /broadcasts/{id}. A client may start BROADCASTS_PER_HOUR_MAX broadcasts an hour (429 limit_exceeded "
+        "past it).",
+        examples=[
+            request_example(
+                "A text to a topic, by email",
+                {
+                    "topic": "product-news",
+                    "channel": "email",
+                    "subject": "What's new in March",
+                    "message": "Dark mode is here.",
+                },
+                "Once the topic product-news exists (PUT /topics/product-news).",
+            ),
+            request_example(
+                "A template, SMS then email",
+                {"topic": "product-news", "channels": ["sms", "email"], "template": "welcome", "data": {"name": "there"}},
+                "A route for each subscriber: SMS to those with a phone number, else email. The template (PUT "
+                "/templates/welcome) has a variant for each channel of the route.",
+            ),
+        ],
     )
     def post(self, request: Request) -> Response:
         payload = _require_object(request.data)
@@ -143,7 +168,14 @@ class BroadcastCollectionView(APIView):
 
 
 class BroadcastDetailView(APIView):
-    @api_operation("broadcasts_retrieve", {200: BroadcastSerializer, 404: NOT_FOUND}, parameters=[BROADCAST_ID])
+    @api_operation(
+        "broadcasts_retrieve",
+        {200: BroadcastSerializer, 404: NOT_FOUND},
+        parameters=[BROADCAST_ID],
+        summary="Get a broadcast",
+        description="Its status and counts: subscribers, notifications made, delivered, suppressed, failed, "
+        "cancelled and still pending. The notifications themselves: GET /notifications?broadcast={id}.",
+    )
     def get(self, request: Request, broadcast_id: str) -> Response:
         broadcast = selectors.broadcast_get(client=_client(request), broadcast_id=broadcast_id)
         return Response(_broadcast_body(broadcast))
@@ -154,6 +186,8 @@ class BroadcastCancelView(APIView):
         "broadcasts_cancel",
         {200: BroadcastSerializer, 404: NOT_FOUND, 409: "It is cancelled already."},
         parameters=[BROADCAST_ID],
+        summary="Cancel a broadcast",
+        description="Stops the fan-out and cancels its notifications not sent yet; those already sent stay sent. No body.",
     )
     def post(self, request: Request, broadcast_id: str) -> Response:
         broadcast, _ = services.broadcast_cancel(client=_client(request), broadcast_id=broadcast_id)

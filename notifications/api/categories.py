@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -11,12 +11,17 @@ from rest_framework.views import APIView
 from .. import selectors, services
 from ..errors import NotFound
 from ..models import Category
-from .schema import api_operation
+from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictBooleanField, StrictIntegerField
 from .views import _client, _require_object
 
 CATEGORY_KEY = OpenApiParameter(
-    "key", str, OpenApiParameter.PATH, pattern=r"^[-a-zA-Z0-9_]{1,64}$", description="A slug, e.g. marketing."
+    "key",
+    str,
+    OpenApiParameter.PATH,
+    pattern=r"^[-a-zA-Z0-9_]{1,64}$",
+    description="A slug, e.g. marketing.",
+    examples=[OpenApiExample("marketing", value="marketing")],
 )
 
 
@@ -58,6 +63,8 @@ class CategoryView(APIView):
         "categories_retrieve",
         {200: CategorySerializer, 404: "Neither this client nor the platform has a category with this key."},
         parameters=[CATEGORY_KEY],
+        summary="Get a category",
+        description="The category with this key: this client's own, else the platform's (platform true).",
     )
     def get(self, request: Request, key: str) -> Response:
         category = selectors.category_get(client=_client(request), key=key)
@@ -74,6 +81,17 @@ class CategoryView(APIView):
         },
         request=CategorySerializer,
         parameters=[CATEGORY_KEY],
+        summary="Create or replace a category",
+        description="A category says what notifications are about, for the recipients' preferences: sent unless "
+        "opted out (default_enabled true) or only to those who opted in (false); critical ones are sent whatever the "
+        "preferences and quiet hours say; max_per_recipient caps how many one recipient gets. A platform category's "
+        "key makes this client's own, which replaces it for this client only.",
+        examples=[
+            request_example(
+                "Opt-out marketing, at most 3 a day",
+                {"critical": False, "default_enabled": True, "max_per_recipient": {"count": 3, "per_seconds": 86400}},
+            )
+        ],
     )
     def put(self, request: Request, key: str) -> Response:
         serializer = CategorySerializer(data=_require_object(request.data))

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from .. import services
 from ..models import ApiClient
-from .schema import api_operation
+from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField
 from .views import _client, _require_object
 
@@ -44,7 +44,12 @@ class WebhookSecretSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class ClientView(APIView):
-    @api_operation("client_retrieve", {200: ClientSerializer})
+    @api_operation(
+        "client_retrieve",
+        {200: ClientSerializer},
+        summary="Get this client",
+        description="The API client the token belongs to: its name, token prefix and status webhook URL.",
+    )
     def get(self, request: Request) -> Response:
         return Response(ClientSerializer(_client(request)).data)
 
@@ -56,6 +61,13 @@ class ClientView(APIView):
             "address (or does not resolve); or an unknown field. `field` names it.",
         },
         request=ClientUpdateSerializer,
+        summary="Set this client's status webhook",
+        description="Where the client's status events are POSTed (signed with the webhook secret), or empty to "
+        "send none. The URL is checked now, so a mistake is a 400 rather than lost events later.",
+        examples=[
+            request_example("Send status events", {"status_webhook_url": "https://hooks.example.com/notifications"}),
+            request_example("Stop status events", {"status_webhook_url": ""}),
+        ],
     )
     def patch(self, request: Request) -> Response:
         serializer = ClientUpdateSerializer(data=_require_object(request.data))
@@ -72,6 +84,9 @@ class ClientWebhookSecretView(APIView):
     @api_operation(
         "client_webhook_secret_rotate",
         {201: OpenApiResponse(WebhookSecretSerializer, description="The new secret; the previous one signs nothing more.")},
+        summary="Make a new webhook secret",
+        description="Makes the secret that signs this client's webhook notifications and status events, and shows "
+        "it this once; the previous one signs nothing more. No body.",
     )
     def post(self, request: Request) -> Response:
         secret = services.api_client_rotate_webhook_secret(client=_client(request))

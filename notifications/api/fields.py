@@ -96,6 +96,12 @@ class StrictStringMixin:
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, str):
             raise serializers.ValidationError("must be a string", code="invalid")
+        # The schema's maxLength is about the string sent: DRF measures it after trimming, so a
+        # name padded past its bound with whitespace was accepted against the schema.
+        max_length = getattr(self, "max_length", None)
+        if max_length is not None and len(data) > max_length:
+            message = self.error_messages["max_length"].format(max_length=max_length)  # type: ignore[attr-defined]
+            raise serializers.ValidationError(message, code="max_length")
         return super().to_internal_value(data)  # type: ignore[misc]
 
 

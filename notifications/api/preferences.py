@@ -13,9 +13,9 @@ from rest_framework.views import APIView
 from .. import selectors, services
 from ..channels import CHANNEL_NAMES
 from ..models import Recipient
-from .schema import api_operation
+from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictBooleanField
-from .views import _client, _path_user_id, _require_object
+from .views import USER_ID, _client, _path_user_id, _require_object
 
 # {"sms": false}: each channel the registry declares, true or false.
 CHANNELS_SCHEMA = {
@@ -70,6 +70,10 @@ class PreferencesView(APIView):
     @api_operation(
         "recipients_preferences_retrieve",
         {200: PreferencesSerializer, 400: "The user_id is over 255 characters."},
+        parameters=[USER_ID],
+        summary="Get a recipient's preferences",
+        description="What the recipient opted out of (or into), by channel and by category, and which of those "
+        "came from a one-click unsubscribe. A recipient never stored has none: every category's default holds.",
     )
     def get(self, request: Request, user_id: str) -> Response:
         recipient = selectors.recipient_get(client=_client(request), user_id=_path_user_id(user_id))
@@ -84,6 +88,18 @@ class PreferencesView(APIView):
             "`field` names it, e.g. categories.order_updates.sms.",
         },
         request=PreferencesSerializer,
+        parameters=[USER_ID],
+        summary="Replace a recipient's preferences",
+        description="Replaces them all: per channel true or false, per category key true, false or per channel. "
+        "A notification they forbid is not sent (status suppressed, suppressed_reason preference) unless its "
+        "category is critical.",
+        examples=[
+            request_example(
+                "No SMS, no marketing",
+                {"channels": {"sms": False}, "categories": {"marketing": False}},
+                "Once the category marketing exists (PUT /categories/marketing).",
+            )
+        ],
     )
     def put(self, request: Request, user_id: str) -> Response:
         serializer = PreferencesSerializer(data=_require_object(request.data))

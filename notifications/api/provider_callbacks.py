@@ -78,6 +78,11 @@ class TwilioStatusCallbackView(ProviderCallbackView):
 
     @extend_schema(
         operation_id="providers_twilio_status",
+        summary="Twilio: an SMS's delivery status",
+        description="Twilio's status callback for an SMS we sent (its StatusCallback URL, under PUBLIC_BASE_URL): "
+        "records delivered or failed on the notification, and suppresses the number on error 21610 (STOP). "
+        "Verified by X-Twilio-Signature; for Twilio, not for API clients.",
+        tags=["providers"],
         auth=[],
         parameters=[
             OpenApiParameter(
@@ -101,6 +106,19 @@ class TwilioStatusCallbackView(ProviderCallbackView):
                 "required": ["MessageSid", "MessageStatus"],
             }
         },
+        examples=[
+            OpenApiExample(
+                "delivered",
+                request_only=True,
+                media_type="application/x-www-form-urlencoded",
+                value={
+                    "AccountSid": "AC0123456789abcdef0123456789abcdef",
+                    "MessageSid": "SM0123456789abcdef0123456789abcdef",
+                    "MessageStatus": "delivered",
+                },
+                description="Sent with its X-Twilio-Signature over the URL and these parameters.",
+            )
+        ],
         responses={
             200: OpenApiResponse(FeedbackResultSerializer, description="Verified; what it changed."),
             400: error("Signed, but names no MessageSid."),
@@ -127,6 +145,12 @@ class TwilioStatusCallbackView(ProviderCallbackView):
 class MailgunEventView(ProviderCallbackView):
     @extend_schema(
         operation_id="providers_mailgun_events",
+        summary="Mailgun: an email's delivery event",
+        description="Mailgun's webhook: records delivered on the notification, and suppresses the address on a "
+        "permanent failure (hard bounce) or a spam complaint. Verified by its signature (HMAC-SHA256 with "
+        "MAILGUN_WEBHOOK_SIGNING_KEY over timestamp and token, each token once, within 15 minutes); for Mailgun, not "
+        "for API clients.",
+        tags=["providers"],
         auth=[],
         parameters=[RETRY_AFTER],
         request={

@@ -7,7 +7,7 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 
 from .serializers import ErrorSerializer, RefusesUnknownFields
 
@@ -38,18 +38,36 @@ SHARED_HEADERS = [
 
 
 def api_operation(
-    operation_id: str, answers: dict[int, Answer], *, request: Any = None, parameters: Sequence[Any] = ()
+    operation_id: str,
+    answers: dict[int, Answer],
+    *,
+    summary: str,
+    description: str,
+    request: Any = None,
+    parameters: Sequence[Any] = (),
+    examples: Sequence[OpenApiExample] = (),
 ) -> Callable[[Any], Any]:
     """``extend_schema`` for an operation of the v1 API: ``answers`` (a str is an error answer with
     that description, in the one error shape) plus 401, 429 and 503 (an operation may say more of
-    one of these: its own description is kept)."""
+    one of these: its own description is kept). It is filed under the tag its ``operation_id``
+    starts with (``topics_subscribe``: topics), one of SPECTACULAR_SETTINGS["TAGS"]; ``examples``
+    are real requests, each posted by tests/test_api_docs.py and answered with the operation's 2xx."""
     responses = {code: error(answer) if isinstance(answer, str) else answer for code, answer in answers.items()}
     return extend_schema(
         operation_id=operation_id,
+        summary=summary,
+        description=description,
+        tags=[operation_id.partition("_")[0]],
         request=request,
         parameters=[*parameters, *SHARED_HEADERS],
         responses={**responses, **{code: answer for code, answer in SHARED_ANSWERS.items() if code not in responses}},
+        examples=list(examples),
     )
+
+
+def request_example(name: str, value: dict[str, Any], description: str = "") -> OpenApiExample:
+    """A request body a client can send as it is (once what it names exists)."""
+    return OpenApiExample(name, value=value, description=description, request_only=True)
 
 
 class ClosedObjectSchema(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]

@@ -63,6 +63,10 @@ class SuppressionCollectionView(APIView):
             404: "The cursor names no page (cursors come only from a page's next and previous links).",
         },
         parameters=[SuppressionFilterSerializer],
+        summary="List suppressed addresses",
+        description="The addresses this client does not send to, newest first, a page at a time: added by a "
+        "provider's feedback (a hard bounce, a spam complaint, an SMS STOP, an unregistered push token). A "
+        "notification to one is not sent (status suppressed, suppressed_reason the list's reason).",
     )
     def get(self, request: Request) -> Response:
         filters = SuppressionFilterSerializer(data=request.query_params)
@@ -85,6 +89,9 @@ class SuppressionDetailView(APIView):
             OpenApiParameter("address", str, OpenApiParameter.PATH, description="The address exactly as listed."),
             SuppressionChannelSerializer,
         ],
+        summary="Take an address off the suppression list",
+        description="Sends to the address again (on one channel, or on every channel when none is given), e.g. once "
+        "the recipient has fixed their mailbox.",
     )
     def delete(self, request: Request, address: str) -> Response:
         SuppressionAddressSerializer(data={"address": address}).is_valid(raise_exception=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,13 +14,20 @@ from .. import selectors, services
 from ..errors import NotFound
 from ..models import Channel, NotificationTemplate, TemplateVariant
 from ..services.templates import MAX_VARIANTS
-from .schema import api_operation
+from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField, locale_field, metadata_problem
 from .views import _client, _require_object
 
 # Template and category keys are slugs (services/preferences.py key_check says the same).
 KEY_PATTERN = r"^[-a-zA-Z0-9_]{1,100}$"
-TEMPLATE_KEY = OpenApiParameter("key", str, OpenApiParameter.PATH, pattern=KEY_PATTERN, description="A slug.")
+TEMPLATE_KEY = OpenApiParameter(
+    "key",
+    str,
+    OpenApiParameter.PATH,
+    pattern=KEY_PATTERN,
+    description="A slug, e.g. welcome.",
+    examples=[OpenApiExample("welcome", value="welcome")],
+)
 
 
 class TemplateVariantSerializer(RefusesUnknownFields, serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -73,7 +80,7 @@ class TemplateReplaceSerializer(RefusesUnknownFields, serializers.Serializer):  
     )
 
 
-class PreviewRequestSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class TemplatePreviewSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     channel = serializers.ChoiceField(choices=Channel.choices, default=Channel.EMAIL)
     locale = locale_field(required=False, default="", help_text="Default: DEFAULT_LOCALE.")
     # DRF's metaclass takes declared fields off the class, so this does not hide Serializer.data.
@@ -86,7 +93,7 @@ class PreviewRequestSerializer(RefusesUnknownFields, serializers.Serializer):  #
         return value
 
 
-class PreviewSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TemplateRenderingSerializer(serializers.Serializer):  # type: ignore[type-arg]
     subject = serializers.CharField()
     body = serializers.CharField()
     html_body = serializers.CharField(help_text="Empty when the variant has no HTML.")
@@ -97,7 +104,13 @@ NO_TEMPLATE = "Neither this client nor the platform has a template with this key
 
 
 class TemplateView(APIView):
-    @api_operation("templates_retrieve", {200: TemplateSerializer, 404: NO_TEMPLATE}, parameters=[TEMPLATE_KEY])
+    @api_operation(
+        "templates_retrieve",
+        {200: TemplateSerializer, 404: NO_TEMPLATE},
+        parameters=[TEMPLATE_KEY],
+        summary="Get a template",
+        description="The template with this key and its variants: this client's own, else the platform's (platform true).",
+    )
     def get(self, request: Request, key: str) -> Response:
         template = selectors.template_get(client=_client(request), key=key)
         if template is None:
@@ -114,6 +127,27 @@ class TemplateView(APIView):
         },
         request=TemplateReplaceSerializer,
         parameters=[TEMPLATE_KEY],
+        summary="Create or replace a template",
+        description="Stores every variant of the template, one per channel and locale, written in the Django "
+        "template language with variables from a notification's data ({{ name }}); a variant not listed is "
+        "removed. Each part is compiled and checked now, so a mistake is a 400 naming it, not a failed send later.",
+        examples=[
+            request_example(
+                "Email and SMS in English",
+                {
+                    "variants": [
+                        {
+                            "channel": "email",
+                            "locale": "en",
+                            "subject": "Welcome, {{ name }}",
+                            "body": "Hello {{ name }}, thank you for signing up.",
+                            "html_body": "<p>Hello {{ name }}, thank you for signing up.</p>",
+                        },
+                        {"channel": "sms", "locale": "en", "body": "Hello {{ name }}, welcome aboard."},
+                    ]
+                },
+            )
+        ],
     )
     def put(self, request: Request, key: str) -> Response:
         serializer = TemplateReplaceSerializer(data=_require_object(request.data))
@@ -129,19 +163,31 @@ class TemplatePreviewView(APIView):
     @api_operation(
         "templates_preview",
         {
-            200: PreviewSerializer,
+            200: TemplateRenderingSerializer,
             400: "No variant for the channel (in the locale or its fallbacks), or a variable the template uses "
-            "is missing from data (`field` is data.<name>), or the render past its time or output bound (render_limit).",
+            "is missing from data (`field` is data.<name>); code template_render_failed when it raised while "
+            "rendering with this data, render_limit when the render went past its time or output bound "
+            "(TEMPLATE_RENDER_SECONDS, MAX_MESSAGE_BYTES).",
             404: NO_TEMPLATE,
         },
-        request=PreviewRequestSerializer,
+        request=TemplatePreviewSerializer,
         parameters=[TEMPLATE_KEY],
+        summary="Preview a template",
+        description="Renders the template for a channel and locale with the data given, as a notification would be, "
+        "without sending anything.",
+        examples=[
+            request_example(
+                "The email in English",
+                {"channel": "email", "locale": "en", "data": {"name": "Ann"}},
+                "Once the template welcome exists (PUT /templates/welcome).",
+            )
+        ],
     )
     def post(self, request: Request, key: str) -> Response:
-        serializer = PreviewRequestSerializer(data=_require_object(request.data))
+        serializer = TemplatePreviewSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
         client = _client(request)
         if selectors.template_get(client=client, key=key) is None:
             raise NotFound(f"no template {key!r}")
         rendered = services.template_preview(client=client, key=key, **serializer.validated_data)
-        return Response(PreviewSerializer(rendered).data)
+        return Response(TemplateRenderingSerializer(rendered).data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -12,12 +12,17 @@ from .. import selectors, services
 from ..errors import NotFound
 from ..models import Topic
 from ..services.topics import MAX_SUBSCRIBE, MAX_USER_ID_LENGTH
-from .schema import api_operation
+from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField
-from .views import _client, _path_user_id, _require_object
+from .views import USER_ID, _client, _path_user_id, _require_object
 
 TOPIC_KEY = OpenApiParameter(
-    "key", str, OpenApiParameter.PATH, pattern=r"^[-a-zA-Z0-9_]{1,100}$", description="A slug, e.g. product-news."
+    "key",
+    str,
+    OpenApiParameter.PATH,
+    pattern=r"^[-a-zA-Z0-9_]{1,100}$",
+    description="A slug, e.g. product-news.",
+    examples=[OpenApiExample("product-news", value="product-news")],
 )
 NO_TOPIC = "This client has no topic with this key."
 BAD_KEY = "The key is not 1 to 100 letters, digits, '-' or '_'; `field` is key."
@@ -56,7 +61,13 @@ def _topic(request: Request, key: str) -> Topic:
 
 
 class TopicView(APIView):
-    @api_operation("topics_retrieve", {200: TopicSerializer, 400: BAD_KEY, 404: NO_TOPIC}, parameters=[TOPIC_KEY])
+    @api_operation(
+        "topics_retrieve",
+        {200: TopicSerializer, 400: BAD_KEY, 404: NO_TOPIC},
+        parameters=[TOPIC_KEY],
+        summary="Get a topic",
+        description="The topic with this key and how many recipients are subscribed to it now.",
+    )
     def get(self, request: Request, key: str) -> Response:
         return Response(TopicSerializer(_topic(request, key)).data)
 
@@ -69,6 +80,9 @@ class TopicView(APIView):
         },
         request=TopicSerializer,
         parameters=[TOPIC_KEY],
+        summary="Create or rename a topic",
+        description="Creates the topic with this key (201), or renames it (200); its subscribers stay.",
+        examples=[request_example("Product news", {"name": "Product news"})],
     )
     def put(self, request: Request, key: str) -> Response:
         serializer = TopicSerializer(data=_require_object(request.data))
@@ -91,6 +105,15 @@ class TopicSubscribersView(APIView):
         },
         request=SubscribeSerializer,
         parameters=[TOPIC_KEY],
+        summary="Subscribe recipients to a topic",
+        description="Subscribes stored recipients (PUT /recipients/{user_id}) by user_id, all or none: an unknown "
+        "user_id, or more subscribers than the client may have on one topic (TOPIC_SUBSCRIBERS_MAX), subscribes "
+        "nobody. One already subscribed stays so.",
+        examples=[
+            request_example(
+                "Two recipients", {"user_ids": ["user-42", "user-43"]}, "Once both are stored (PUT /recipients/{user_id})."
+            )
+        ],
     )
     def post(self, request: Request, key: str) -> Response:
         serializer = SubscribeSerializer(data=_require_object(request.data))
@@ -103,7 +126,9 @@ class TopicSubscriberView(APIView):
     @api_operation(
         "topics_unsubscribe",
         {204: None, 400: "The key is not a slug, or the user_id is over 255 characters or holds NUL.", 404: NO_TOPIC},
-        parameters=[TOPIC_KEY],
+        parameters=[TOPIC_KEY, USER_ID],
+        summary="Unsubscribe a recipient from a topic",
+        description="Takes the recipient off the topic; later broadcasts to it skip them. Idempotent.",
     )
     def delete(self, request: Request, key: str, user_id: str) -> Response:
         services.topic_unsubscribe(client=_client(request), key=key, user_id=_path_user_id(user_id))

@@ -60,6 +60,10 @@ class UnsubscribeView(APIView):
 
     @extend_schema(
         operation_id="unsubscribe_page",
+        summary="Unsubscribe page",
+        description="The page an email's unsubscribe link opens (the link is the List-Unsubscribe header's, signed "
+        "for one recipient, category and channel): a button that unsubscribes. HTML, for the recipient; no token.",
+        tags=["recipients"],
         auth=[],
         responses={
             (200, "text/html"): OpenApiResponse(OpenApiTypes.STR, description="HTML page with a button that unsubscribes."),
@@ -75,6 +79,11 @@ class UnsubscribeView(APIView):
 
     @extend_schema(
         operation_id="unsubscribe_one_click",
+        summary="One-click unsubscribe",
+        description="RFC 8058's one-click unsubscribe, POSTed by the recipient's mail client or the page's button: "
+        "opts the recipient out of the link's category on its channel (shown in their preferences' "
+        "unsubscribed). HTML, for the recipient; no token.",
+        tags=["recipients"],
         auth=[],
         request={
             "application/x-www-form-urlencoded": {
@@ -83,7 +92,9 @@ class UnsubscribeView(APIView):
                 "required": ["List-Unsubscribe"],
             }
         },
-        examples=[OpenApiExample("one click", value=ONE_CLICK, request_only=True)],
+        examples=[
+            OpenApiExample("one click", value=ONE_CLICK, request_only=True, media_type="application/x-www-form-urlencoded")
+        ],
         responses={
             (200, "text/html"): OpenApiResponse(
                 OpenApiTypes.STR,

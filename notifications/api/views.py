@@ -7,7 +7,7 @@ import uuid
 from typing import Any, cast
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 from rest_framework.permissions import AllowAny
@@ -21,7 +21,7 @@ from ..health import readiness_checks
 from ..models import ApiClient
 from .exceptions import api_exception_handler, database_unavailable, error_body, unhandled_error
 from .pagination import NewestFirstPagination
-from .schema import api_operation
+from .schema import api_operation, request_example
 from .serializers import (
     MAX_BATCH,
     AcceptedSerializer,
@@ -52,10 +52,47 @@ REPLAYED_HEADER = OpenApiParameter(
     description="Present on a replay: the answer is the first request's, and nothing new was accepted.",
 )
 MAX_KEY_LENGTH = 255  # IdempotencyKey.key and Recipient.user_id are varchar(255)
+USER_ID = OpenApiParameter(
+    "user_id",
+    str,
+    OpenApiParameter.PATH,
+    description="Your own id of the recipient, 1 to 255 characters.",
+    examples=[OpenApiExample("user-42", value="user-42")],
+)
 
 logger = logging.getLogger("notifications.api")
 NOT_FOUND = "This client has no notification with this id."
 BAD_USER_ID = "The user_id is over 255 characters or holds NUL."
+BAD_CONTENT = (
+    "A field, or the Idempotency-Key header, is invalid; `field` names it. Code invalid, or, from a template, "
+    "template_render_failed (it raised while rendering with this data) or render_limit (its output or render time "
+    "past MAX_MESSAGE_BYTES or TEMPLATE_RENDER_SECONDS)."
+)
+# Requests a client can send as they are, once user-42 is stored (PUT /recipients/user-42) and the
+# template welcome exists (PUT /templates/welcome); tests/test_api_docs.py sends each.
+NOTIFICATION_EXAMPLES = [
+    request_example(
+        "An email",
+        {
+            "user_id": "user-42",
+            "channel": "email",
+            "to": "ann@example.com",
+            "subject": "Your order has shipped",
+            "message": "Order 1042 is on its way.",
+        },
+        "The address given in to; the text as it is.",
+    ),
+    request_example(
+        "From a template, to the stored recipient",
+        {"user_id": "user-42", "template": "welcome", "data": {"name": "Ann"}},
+        "No to: the recipient's stored email. Rendered in the recipient's locale.",
+    ),
+    request_example(
+        "A route: SMS, then email",
+        {"user_id": "user-42", "channels": ["sms", "email"], "message": "Your parcel arrives today."},
+        "channels instead of channel: tried in order until one delivers, each at the recipient's stored address.",
+    ),
+]
 
 
 def _accept(request: Request, payload: Any, header_key: str | None) -> services.AcceptResult:
@@ -100,13 +137,21 @@ class NotificationCollectionView(APIView):
         "notifications_create",
         {
             202: AcceptedSerializer,
-            400: "A field, or the Idempotency-Key header, is invalid; `field` names it.",
+            400: BAD_CONTENT,
             409: "The same Idempotency-Key is still being processed (rare: a concurrent request waits and replays); retry shortly.",
             413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
             422: "The same Idempotency-Key came with a different body.",
         },
         request=NotificationCreateSerializer,
         parameters=[IDEMPOTENCY_HEADER, REPLAYED_HEADER],
+        summary="Send a notification",
+        description="Accepts one notification to one recipient and answers at once (202; its status queued, or "
+        "suppressed when preferences or the suppression list forbid it, or digested into a digest): delivery "
+        "happens in the background, retried on a provider's transient errors. Give the text (`message`) or a `template` with its `data`; one `channel`, or `channels` for a "
+        "fallback route (not both); `to`, or nothing to use the recipient's stored address. Send an "
+        "Idempotency-Key to make a retry safe: the same key and body answer the first answer again. Follow it "
+        "with GET /notifications/{id} or your status webhook.",
+        examples=NOTIFICATION_EXAMPLES,
     )
     def post(self, request: Request) -> Response:
         payload = _require_object(request.data)
@@ -122,6 +167,9 @@ class NotificationCollectionView(APIView):
             404: "The cursor names no page (cursors come only from a page's next and previous links).",
         },
         parameters=[NotificationFilterSerializer],
+        summary="List notifications",
+        description="This client's notifications, newest first, a page at a time (page_size, then the next "
+        "link's cursor), filtered by status, channel, user_id, broadcast and creation time.",
     )
     def get(self, request: Request) -> Response:
         filters = NotificationFilterSerializer(data=request.query_params)
@@ -145,6 +193,21 @@ class NotificationBatchView(APIView):
             413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
         },
         request=BatchCreateSerializer,
+        summary="Send up to 100 notifications at once",
+        description=f"1 to {MAX_BATCH} notifications, each as POST /notifications takes it, accepted in one go. "
+        "The answer is a 202 with one result per item in order: a bad item fails in its own slot (its status and "
+        "error) and the others are accepted. Each item may carry its own idempotency_key.",
+        examples=[
+            request_example(
+                "Two notifications",
+                {
+                    "notifications": [
+                        {"user_id": "user-42", "to": "ann@example.com", "message": "Your invoice is ready."},
+                        {"user_id": "user-43", "channel": "sms", "to": "+14155550123", "message": "Your invoice is ready."},
+                    ]
+                },
+            )
+        ],
     )
     def post(self, request: Request) -> Response:
         envelope = BatchCreateSerializer(data=_require_object(request.data))
@@ -207,7 +270,13 @@ def _batch_item(payload: dict[str, Any]) -> services.BatchItem:
 
 
 class NotificationDetailView(APIView):
-    @api_operation("notifications_retrieve", {200: NotificationDetailSerializer, 404: NOT_FOUND})
+    @api_operation(
+        "notifications_retrieve",
+        {200: NotificationDetailSerializer, 404: NOT_FOUND},
+        summary="Get a notification",
+        description="Its status, where it was sent, its route (for a fallback), and every delivery attempt with "
+        "its outcome and error.",
+    )
     def get(self, request: Request, notification_id: str) -> Response:
         notification = selectors.notification_get(client=_client(request), notification_id=notification_id)
         return Response(NotificationDetailSerializer(notification).data)
@@ -217,6 +286,9 @@ class NotificationCancelView(APIView):
     @api_operation(
         "notifications_cancel",
         {200: NotificationSerializer, 404: NOT_FOUND, 409: "It is sending or finished (delivered, failed, dead or cancelled)."},
+        summary="Cancel a notification",
+        description="Stops a notification that has not been sent yet (accepted, queued, retrying, or waiting in a "
+        "digest); one being sent or finished cannot be cancelled (409). No body.",
     )
     def post(self, request: Request, notification_id: str) -> Response:
         notification = services.notification_cancel(client=_client(request), notification_id=notification_id)
@@ -231,6 +303,9 @@ class RecipientView(APIView):
             400: BAD_USER_ID,
             404: "This client has stored no recipient with this user_id.",
         },
+        parameters=[USER_ID],
+        summary="Get a recipient",
+        description="The addresses and settings stored for this user_id.",
     )
     def get(self, request: Request, user_id: str) -> Response:
         recipient = selectors.recipient_get(client=_client(request), user_id=_path_user_id(user_id))
@@ -247,6 +322,23 @@ class RecipientView(APIView):
             413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
         },
         request=RecipientSerializer,
+        parameters=[USER_ID],
+        summary="Create or replace a recipient",
+        description="Stores the recipient's addresses (email, phone in E.164, push tokens, webhook URL), locale, "
+        "timezone and quiet hours under your user_id; a field left out is cleared. Notifications without `to` "
+        "are sent to these addresses.",
+        examples=[
+            request_example(
+                "Email and phone, with quiet hours",
+                {
+                    "email": "ann@example.com",
+                    "phone": "+14155550123",
+                    "locale": "en",
+                    "timezone": "Europe/Paris",
+                    "quiet_hours": {"start": "22:00", "end": "08:00"},
+                },
+            )
+        ],
     )
     def put(self, request: Request, user_id: str) -> Response:
         serializer = RecipientSerializer(data=_require_object(request.data))
@@ -263,6 +355,9 @@ class RecipientView(APIView):
             400: BAD_USER_ID,
             404: "This client has stored no recipient with this user_id.",
         },
+        parameters=[USER_ID],
+        summary="Delete a recipient",
+        description="Forgets the recipient: its addresses, preferences and topic subscriptions. Its notifications stay.",
     )
     def delete(self, request: Request, user_id: str) -> Response:
         services.recipient_delete(client=_client(request), user_id=_path_user_id(user_id))
@@ -275,7 +370,11 @@ class LivenessView(APIView):
     throttle_classes: list[Any] = []
 
     @extend_schema(
-        operation_id="healthz", responses={200: OpenApiResponse(LivenessSerializer, description="The process answers.")}
+        operation_id="healthz",
+        summary="Liveness",
+        description="200 while the web process answers; checks nothing else (see /readyz). No token.",
+        tags=["health"],
+        responses={200: OpenApiResponse(LivenessSerializer, description="The process answers.")},
     )
     def get(self, request: Request) -> Response:
         return Response({"status": "ok"})
@@ -288,6 +387,9 @@ class ReadinessView(APIView):
 
     @extend_schema(
         operation_id="readyz",
+        summary="Readiness",
+        description="200 when PostgreSQL, RabbitMQ and Redis all answer; 503 naming the ones that do not. No token.",
+        tags=["health"],
         responses={
             200: OpenApiResponse(ReadinessSerializer, description="All dependencies reachable."),
             503: OpenApiResponse(ReadinessSerializer, description="Names what is down."),
