@@ -72,6 +72,12 @@ def dead_letter_unresolved_count() -> int:
     return DeadLetter.objects.filter(resolution=Resolution.UNRESOLVED).count()
 
 
+def dead_letter_unresolved_of(*, notification_id: Any) -> DeadLetter | None:
+    """The notification's newest unresolved dead letter: what its Retry redrives (a failed or dead
+    notification has one until it is retried or discarded)."""
+    return DeadLetter.objects.filter(notification_id=notification_id, resolution=Resolution.UNRESOLVED).order_by("-pk").first()
+
+
 def system_health(*, hours: int = 24) -> SystemHealth:
     """The admin index's health at a glance: statuses of the last ``hours`` and the open DLQ."""
     since = timezone.now() - timedelta(hours=hours)

@@ -20,10 +20,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from django.utils.html import escape
 
 from notifications.models import (
     ApiClient,
     AttemptOutcome,
+    Category,
     DeadLetter,
     DeadLetterReason,
     DeadLetterSource,
@@ -224,10 +226,15 @@ def test_a_viewer_without_retry_permission_sees_no_retry_button_and_cannot_post_
 # --- Finding and inspecting notifications --------------------------------------------------------
 
 
-def test_support_sees_the_notification_list_with_status_channel_recipient_and_client(support: Client) -> None:
+def test_support_sees_the_notification_list_with_short_id_user_channel_category_status_last_error_and_created(
+    support: Client,
+) -> None:
     api_client, _ = make_api_client("shop")
-    delivered = make_notification(api_client, address="ann@example.com", attempt_count=1)
-    failed = make_notification(api_client, address="bob@example.com", status=Status.FAILED, channel="sms")
+    category = Category.objects.create(client=api_client, key="orders")
+    delivered = make_notification(api_client, user_id="ann", category=category, attempt_count=1)
+    failed = make_notification(
+        api_client, user_id="bob", status=Status.FAILED, channel="sms", last_error="21211 The 'To' number is not valid " * 5
+    )
 
     response = support.get(NOTIFICATIONS_URL)
 
@@ -235,8 +242,33 @@ def test_support_sees_the_notification_list_with_status_channel_recipient_and_cl
     rows = {str(n.pk) for n in response.context["cl"].result_list}
     assert rows == {str(delivered.pk), str(failed.pk)}
     page = response.content.decode()
-    for text in ("ann@example.com", "bob@example.com", "shop", "delivered", "failed", "sms"):
+    header = re.findall(r'<th scope="col" class="[^"]*column-(\w+)', page)
+    assert header == ["short_id", "user", "channel", "category", "status", "last_error_short", "created"]
+    for text in ("ann", "bob", "orders", "delivered", "failed", "sms", str(failed.pk)[:8]):
         assert text in page
+    assert escape(failed.last_error[:60]) + "…" in page  # cut short
+    assert timezone.localtime(failed.created_at).strftime("%Y-%m-%d %H:%M:%S") in page
+
+
+def test_the_notification_list_filters_by_client_channel_category_status_and_provider_status(support: Client) -> None:
+    shop, _ = make_api_client("shop")
+    category = Category.objects.create(client=shop, key="orders")
+    wanted = make_notification(shop, channel="sms", category=category, status=Status.DELIVERED, provider_status="delivered")
+    make_notification(shop, channel="sms", status=Status.DELIVERED)
+    make_notification(make_api_client("bank")[0], channel="sms", category=category, status=Status.DELIVERED)
+
+    response = support.get(
+        NOTIFICATIONS_URL,
+        {
+            "client__id__exact": shop.pk,
+            "channel__exact": "sms",
+            "category__id__exact": category.pk,
+            "status__exact": "delivered",
+            "provider_status__exact": "delivered",
+        },
+    )
+
+    assert [n.pk for n in response.context["cl"].result_list] == [wanted.pk]
 
 
 @pytest.mark.parametrize("field", ["id", "address", "idempotency_key", "trace_id"])
@@ -309,6 +341,68 @@ def test_the_detail_page_shows_message_metadata_attempts_and_trace_id_with_nothi
         page,
     )
     assert 'name="_save"' not in page and "deletelink" not in page
+
+
+def test_the_detail_page_shows_each_attempts_channel_account_outcome_error_and_time_and_the_route(support: Client) -> None:
+    api_client, _ = make_api_client()
+    notification = make_notification(
+        api_client,
+        channel="email",
+        status=Status.DELIVERED,
+        attempt_count=2,
+        route=[
+            {"channel": "sms", "outcome": "failed", "reason": "permanent_error", "attempts": 1},
+            {"channel": "email", "outcome": "delivered", "reason": ""},
+        ],
+    )
+    started = timezone.now().replace(microsecond=0)
+    DeliveryAttempt.objects.create(
+        notification=notification,
+        number=1,
+        channel="sms",
+        account="AC-main",
+        outcome=AttemptOutcome.PERMANENT_ERROR,
+        error_class="notifications.errors.PermanentChannelError",
+        error_message="the sms channel is not configured: set TWILIO_ACCOUNT_SID",
+        started_at=started,
+    )
+    DeliveryAttempt.objects.create(
+        notification=notification, number=2, channel="email", outcome=AttemptOutcome.DELIVERED, started_at=started
+    )
+
+    page = support.get(f"{NOTIFICATIONS_URL}{notification.pk}/change/").content.decode()
+
+    inline = page[page.index('id="attempts-group"') :]
+    columns = re.findall(r'<th class="column-(\w+)', inline)
+    assert columns[:7] == ["number", "channel", "account", "outcome", "started", "duration_ms", "error"]
+    assert "AC-main" in inline
+    assert "<strong>PermanentChannelError</strong>: the sms channel is not configured" in inline
+    assert timezone.localtime(started).strftime("%Y-%m-%d %H:%M:%S") in inline
+    assert "<li><strong>sms</strong>: failed (permanent_error), 1 attempt</li>" in page
+    assert "<li><strong>email</strong>: delivered</li>" in page
+    assert re.search(r"field-attempts_made.*?<div class=\"readonly\">2</div>", page, re.S)
+
+
+def test_a_failed_notifications_page_has_retry_and_a_pending_ones_cancel_and_a_viewer_neither(
+    support_user: Any, db: None
+) -> None:
+    api_client, _ = make_api_client()
+    dead_letter = make_dead_letter(api_client)
+    pending = make_notification(api_client, status=Status.QUEUED)
+    browser = enforcing_csrf(support_user)
+
+    failed_page = browser.get(f"{NOTIFICATIONS_URL}{dead_letter.notification_id}/change/").content
+    pending_page = browser.get(f"{NOTIFICATIONS_URL}{pending.pk}/change/").content
+    assert b"retry-button" in failed_page and b"cancel-button" not in failed_page
+    assert b"cancel-button" in pending_page and b"retry-button" not in pending_page
+
+    viewer_user = User.objects.create_user("vera", password="vera-pass-1", is_staff=True)
+    viewer_user.user_permissions.add(Permission.objects.get(codename="view_notification"))
+    viewer = Client()
+    viewer.force_login(viewer_user)
+    assert b"retry-button" not in viewer.get(f"{NOTIFICATIONS_URL}{dead_letter.notification_id}/change/").content
+    assert viewer.post(f"{NOTIFICATIONS_URL}{dead_letter.notification_id}/retry/").status_code == 403
+    assert DeadLetter.objects.get(pk=dead_letter.pk).resolution == Resolution.UNRESOLVED
 
 
 def test_the_attempt_list_and_recipients_are_readable_but_not_editable(support: Client) -> None:
@@ -868,6 +962,36 @@ def test_an_event_dead_letters_script_body_headers_and_error_are_rendered_escape
     assert "&quot;x-note&quot;: &quot;&lt;script&gt;" in pages[0]
     assert "bad event &lt;script&gt;alert(1)&lt;/script&gt;" in pages[0] and "bad event &lt;script&gt;" in pages[2]
     assert "not json &lt;script&gt;alert(1)&lt;/script&gt;" in pages[1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_on_a_failed_notifications_own_page_redrives_its_dead_letter_audited_like_the_dead_letters(
+    worker: Any, smtp_server: LocalSmtpServer
+) -> None:
+    dead_letter = failed_by_smtp(smtp_server, "ann@example.com")
+    user = User.objects.create_user("sam", password="support-pass-1", is_staff=True)
+    user.groups.add(support_group())
+    browser = enforcing_csrf(user)
+    detail = f"{NOTIFICATIONS_URL}{dead_letter.notification_id}/change/"
+    assert b"retry-button" in browser.get(detail).content
+
+    response = csrf_post(browser, detail, f"{NOTIFICATIONS_URL}{dead_letter.notification_id}/retry/")
+
+    assert messages_of(response) == ["1 retried, 0 skipped"]
+    assert response.redirect_chain[-1][0] == detail
+    notification = delivered_to(smtp_server, dead_letter)
+    assert [m.rcpt_tos for m in smtp_server.received] == [["ann@example.com"]]
+    dead_letter.refresh_from_db()
+    assert (dead_letter.resolution, dead_letter.resolved_by) == (Resolution.RETRIED, user)
+    [entry] = audit_entries(dead_letter)  # the same entry as the dead letter's own Retry writes
+    assert (entry.user, entry.action_flag, entry.get_change_message()) == (user, CHANGE, "Retried: re-enqueued")
+    [entry] = audit_entries(notification)
+    assert (entry.user, entry.get_change_message()) == (user, f"Retried (dead letter #{dead_letter.pk})")
+    # Delivered now: no Retry, and a second post retries nothing.
+    assert b"retry-button" not in browser.get(detail).content
+    again = csrf_post(browser, detail, f"{NOTIFICATIONS_URL}{dead_letter.notification_id}/retry/")
+    assert messages_of(again) == ["0 retried, 1 skipped: it is delivered with no unresolved dead letter to retry"]
+    assert len(smtp_server.received) == 1
 
 
 def test_the_dlq_list_has_an_age_column_ordered_by_when_the_letter_moved(support: Client) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from playwright.sync_api import Browser, ConsoleMessage, Response, expect, sync_playwright
 
@@ -92,6 +93,115 @@ def test_support_logs_in_opens_the_dlq_clicks_retry_and_the_notification_is_deli
     expect(row).to_contain_text("Retried by sam")
     expect(row).to_contain_text("delivered")
     expect(row.locator("button.retry-button")).to_have_count(0)
+
+
+# --- A support agent's path at 1280 px ---------------------------------------------------------
+
+NARROW = {"width": 1280, "height": 800}
+# Set to a folder to keep the two lists' screenshots (to look at them); a tmp folder otherwise.
+SCREENSHOT_DIR = os.environ.get("ADMIN_SCREENSHOT_DIR", "")
+
+NO_HORIZONTAL_SCROLL = """() => {
+  const root = document.documentElement;
+  const table = document.querySelector("#result_list");
+  const holder = table && table.closest(".results");
+  return {scroll: root.scrollWidth, client: root.clientWidth,
+          table: table ? table.getBoundingClientRect().width : 0,
+          holder: holder ? holder.clientWidth : 0};
+}"""
+
+
+def assert_fits(page: Any, what: str) -> None:
+    sizes = page.evaluate(NO_HORIZONTAL_SCROLL)
+    assert sizes["scroll"] <= sizes["client"], f"{what} scrolls sideways at 1280 px: {sizes}"
+    assert 0 < sizes["table"] <= sizes["holder"] + 1, f"{what}: the results table is wider than its container: {sizes}"
+
+
+def test_a_support_agent_at_1280_px_reaches_a_dead_notification_in_two_clicks_retries_it_and_it_is_delivered(
+    browser: Browser, live_server: Any, worker: Any, smtp_server: LocalSmtpServer, tmp_path: Path
+) -> None:
+    user = get_user_model().objects.create_user("sam", password="support-pass-1", is_staff=True)
+    user.groups.add(support_group())
+    api_client, _ = make_api_client("shop")
+    # Long values everywhere a column could widen the lists.
+    long_error = "503 Service Unavailable: the upstream relay at smtp-relay-eu-west-1.mail.example.com " * 3
+    for index in range(3):
+        make_dead_letter(
+            api_client,
+            channel="sms",
+            reason=DeadLetterReason.RETRIES_EXHAUSTED,
+            last_error=f"{index} {long_error}",
+            attempts=5,
+        )
+    Notification.objects.update(
+        user_id="customer-4e1b7a0c-2f7e-4c55-9d0e-52c3c1a8b9f1-with-a-long-external-id", last_error=long_error
+    )
+    dead = make_dead_letter(
+        api_client, status=Status.DEAD, reason=DeadLetterReason.RETRIES_EXHAUSTED, last_error="421 4.7.0 try again later"
+    )
+    Notification.objects.filter(pk=dead.notification_id).update(address="ann@example.com", last_error="421 4.7.0 try again later")
+    folder = Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path
+
+    page = browser.new_page(viewport=NARROW)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "sam")
+    page.fill("#id_password", "support-pass-1")
+    page.click("input[type=submit]")
+    expect(page.locator("#system-health")).to_be_visible()
+
+    # Both lists fit, the dead letters' Retry buttons on screen.
+    page.goto(f"{live_server.url}/admin/notifications/notification/")
+    expect(page.locator("#result_list")).to_be_visible()
+    assert_fits(page, "the notifications list")
+    header = page.locator("#result_list thead th").all_inner_texts()
+    assert [text.strip().lower() for text in header[1:]] == [
+        "id",
+        "user",
+        "channel",
+        "category",
+        "status",
+        "last error",
+        "created",
+    ]
+    page.screenshot(path=str(folder / "admin-notifications-1280.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/notifications/deadletter/")
+    expect(page.locator("#result_list")).to_be_visible()
+    assert_fits(page, "the dead letters list")
+    buttons = page.locator("#result_list button.retry-button")
+    expect(buttons).to_have_count(4)
+    for box in (buttons.nth(i).bounding_box() for i in range(4)):
+        assert box is not None and box["x"] + box["width"] <= NARROW["width"], box
+    page.screenshot(path=str(folder / "admin-dlq-1280.png"), full_page=True)
+
+    # From the index: the dead count (one click), the notification (two), its Retry.
+    page.goto(f"{live_server.url}/admin/")
+    page.get_by_role("link", name="dead", exact=True).click()
+    row = page.locator("#result_list tbody tr", has_text="421 4.7.0 try again later")
+    expect(row).to_have_count(1)
+    row.locator("th a").click()
+    expect(page.locator("h2, h1").first).to_be_visible()
+    assert str(dead.notification_id) in page.url
+    page.locator("form.object-tool-form button.retry-button").click()
+    expect(page.locator("ul.messagelist li.success")).to_have_text("1 retried, 0 skipped")
+
+    wait_until(
+        lambda: Notification.objects.filter(pk=dead.notification_id, status=Status.DELIVERED).exists(),
+        timeout=20,
+        message="delivered after the click",
+    )
+    assert [mail.rcpt_tos for mail in smtp_server.received] == [["ann@example.com"]]
+    dead.refresh_from_db()
+    assert (dead.resolution, dead.resolved_by) == (Resolution.RETRIED, user)
+    # Audited as the dead letter's own Retry is, and on the notification's history.
+    assert LogEntry.objects.filter(user=user, object_id=str(dead.pk), change_message__startswith="Retried").count() == 1
+    assert (
+        LogEntry.objects.filter(user=user, object_id=str(dead.notification_id), change_message__startswith="Retried").count() == 1
+    )
+    # Its page now shows the delivered attempt with its channel and account, and no Retry.
+    page.reload()
+    expect(page.locator("form.object-tool-form button.retry-button")).to_have_count(0)
+    attempt = page.locator(".inline-related tbody tr", has_text="delivered")
+    expect(attempt).to_contain_text("email")
 
 
 # Collected in the page itself, before any of its scripts run (an init script is not subject to the

@@ -276,6 +276,10 @@ def test_a_relay_that_refuses_the_account_is_a_retry_and_opens_its_circuit_so_th
     smtp_server.handler.handle_RCPT = refuse  # type: ignore[method-assign]
     refused = [send_one(client) for _ in range(2)]
     assert [(n.status, last_account(n)) for n in refused] == [(Status.RETRYING, "primary")] * 2
+    # What the attempt says agrees with what became of it: a transient error, retried.
+    assert {(a.outcome, a.error_class) for n in refused for a in n.attempts.all()} == {
+        (AttemptOutcome.TRANSIENT_ERROR, "notifications.errors.TransientChannelError")
+    }
     assert circuit_is_open("email", "primary")
     moved = send_one(client)
     assert (moved.status, last_account(moved)) == (Status.DELIVERED, two_relays)

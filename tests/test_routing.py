@@ -146,6 +146,9 @@ def test_when_every_channel_fails_there_is_one_dead_letter_and_its_redrive_start
     [dead_letter] = DeadLetter.objects.filter(notification_id=notification_id)
     assert (dead_letter.channel, dead_letter.reason) == ("webhook", DeadLetterReason.RETRIES_EXHAUSTED)
     assert notification.attempts.count() == 4
+    # Its attempt count is every attempt of its route; each channel had its own budget.
+    assert (notification.attempt_count, dead_letter.attempts) == (4, 4)
+    assert [entry.get("attempts") for entry in notification.route] == [1, 1, 2]
 
     result = services.dead_letter_redrive(dead_letter=dead_letter, by=None)
     assert result.done, result.detail
@@ -375,3 +378,81 @@ def test_a_fallback_route_is_followed_by_a_real_worker_process(
     assert [r.reply_status for r in provider_server.requests] == [503, 503, 200]
     assert provider_server.requests[-1].headers["idempotency-key"] == notification_id
     assert "falls back from sms to webhook" in worker.output()
+
+
+# --- A channel without its provider settings: one attempt, and the route moves on at once -------
+
+UNCONFIGURED_SMS = {"TWILIO_ACCOUNT_SID": "", "TWILIO_AUTH_TOKEN": "", "TWILIO_FROM_NUMBER": "", "LOG_FORMAT": "text"}
+
+
+def smtp_worker_env(smtp_server: LocalSmtpServer) -> dict[str, str]:
+    """A worker with the default retry policy (5 attempts), no Twilio settings, email to ``smtp_server``."""
+    return platform_env(
+        **UNCONFIGURED_SMS,
+        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+        EMAIL_HOST="127.0.0.1",
+        EMAIL_PORT=str(smtp_server.port),
+        EMAIL_HOST_USER="",
+        EMAIL_HOST_PASSWORD="",
+    )
+
+
+def worker_ready(worker: PlatformProcess) -> None:
+    wait_until(lambda: "ready for action" in worker.output(), timeout=60, message="the worker is up")
+
+
+def test_an_sms_without_twilio_settings_is_failed_after_one_attempt_at_once_by_a_real_worker(
+    transactional_db: None, broker: Any, api: APIClient, client_and_token: tuple[ApiClient, str], smtp_server: LocalSmtpServer
+) -> None:
+    client, _ = client_and_token
+    make_recipient(client, "u1", phone=PHONE)
+    with PlatformProcess("rundramatiq", "--processes", "1", "--threads", "2", env=smtp_worker_env(smtp_server)) as worker:
+        worker_ready(worker)
+        response = api.post(URL, {"user_id": "u1", "channel": "sms", "message": "Parcel 42 shipped"}, format="json")
+        assert response.status_code == 202, response.content
+        notification_id = response.json()["id"]
+        try:
+            wait_until(
+                lambda: Notification.objects.filter(pk=notification_id, status=Status.FAILED).exists(),
+                timeout=5,
+                message="failed within 5 s",
+            )
+        except AssertionError:
+            raise AssertionError(f"not failed; worker log:\n{worker.output()[-3000:]}") from None
+
+    notification = Notification.objects.get(pk=notification_id)
+    [attempt] = notification.attempts.all()
+    assert (attempt.outcome, attempt.error_class) == (
+        AttemptOutcome.PERMANENT_ERROR,
+        "notifications.errors.PermanentChannelError",
+    )
+    assert "TWILIO_ACCOUNT_SID" in attempt.error_message
+    assert notification.attempt_count == 1
+    [dead_letter] = DeadLetter.objects.filter(notification_id=notification_id)
+    assert dead_letter.reason == DeadLetterReason.PERMANENT_FAILURE
+
+
+def test_a_route_sms_then_email_without_twilio_settings_delivers_by_email_at_once_by_a_real_worker(
+    transactional_db: None, broker: Any, api: APIClient, client_and_token: tuple[ApiClient, str], smtp_server: LocalSmtpServer
+) -> None:
+    client, _ = client_and_token
+    make_recipient(client, "u1", phone=PHONE, email="u1@example.com")
+    with PlatformProcess("rundramatiq", "--processes", "1", "--threads", "2", env=smtp_worker_env(smtp_server)) as worker:
+        worker_ready(worker)
+        notification_id = accept(api, ["sms", "email"], subject="Parcel 42")
+        try:
+            wait_until(
+                lambda: Notification.objects.filter(pk=notification_id, status=Status.DELIVERED).exists(),
+                timeout=5,
+                message="delivered by email within 5 s",
+            )
+        except AssertionError:
+            raise AssertionError(f"not delivered; worker log:\n{worker.output()[-3000:]}") from None
+
+    assert [mail.rcpt_tos for mail in smtp_server.received] == [["u1@example.com"]]
+    assert route_of(api, notification_id) == [("sms", "failed", "permanent_error"), ("email", "delivered", "")]
+    notification = Notification.objects.get(pk=notification_id)
+    attempts = list(notification.attempts.order_by("number").values_list("channel", "outcome"))
+    assert attempts == [("sms", AttemptOutcome.PERMANENT_ERROR), ("email", AttemptOutcome.DELIVERED)]
+    assert notification.attempt_count == len(attempts)  # every attempt of its route
+    assert notification.route[0]["attempts"] == 1

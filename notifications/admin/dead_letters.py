@@ -26,6 +26,8 @@ from .. import services
 from ..models import DeadLetter, DeadLetterReason, DeadLetterSource, Resolution
 from .base import ReadOnlyAdmin, _as_uuid, _digest_members_link, _notification_link, _pre, _pretty_json, _report
 
+# A changelist cell says this much of the error; the page says all of it.
+LIST_ERROR_CHARS = 60
 # A bulk action's confirmation page lists this many rows and counts the rest.
 CONFIRMATION_LISTED = 100
 
@@ -47,14 +49,14 @@ class ResolvedFilter(admin.SimpleListFilter):
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdmin):
+    # Narrow columns, so a row and its Retry fit 1280 px beside the filters (admin.css); the
+    # source is a filter, the time it moved the age's tooltip.
     list_display = (
         "id",
-        "source",
         "channel",
         "reason",
         "short_error",
         "attempts",
-        "moved_at",
         "age",
         "resolution_summary",
         "notification_status",
@@ -87,12 +89,13 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     @admin.display(description="last error")
     def short_error(self, obj: DeadLetter) -> str:
         error = obj.last_error.strip().splitlines()[0] if obj.last_error.strip() else ""
-        return error[:120] + ("…" if len(error) > 120 else "")
+        return error[:LIST_ERROR_CHARS] + ("…" if len(error) > LIST_ERROR_CHARS else "")
 
     # Ascending age is newest first: the reverse of moved_at.
     @admin.display(description="age", ordering="-moved_at")
     def age(self, obj: DeadLetter) -> str:
-        return timesince(obj.moved_at, timezone.now())
+        moved_at = timezone.localtime(obj.moved_at).strftime("%Y-%m-%d %H:%M:%S")
+        return format_html('<span title="moved at {}">{}</span>', moved_at, timesince(obj.moved_at, timezone.now()))
 
     @admin.display(description="resolution", ordering="resolution")
     def resolution_summary(self, obj: DeadLetter) -> str:
@@ -217,7 +220,9 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             text += ": " + "; ".join(details[:20])
         self.message_user(request, text, messages.SUCCESS if done and not skipped else messages.WARNING)
 
-    def _retry(self, request: HttpRequest, dead_letters: Iterable[DeadLetter]) -> None:
+    def retry_dead_letters(self, request: HttpRequest, dead_letters: Iterable[DeadLetter]) -> None:
+        """Redrive each through the service, audited (LogEntry) and reported; also the Retry of a
+        failed or dead notification's own page (admin/notifications.py)."""
         self._apply(request, dead_letters, services.dead_letter_redrive, "retried", "Retried")
 
     def _discard(self, request: HttpRequest, dead_letters: Iterable[DeadLetter]) -> None:
@@ -227,7 +232,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         if not self.has_retry_permission(request):
             raise PermissionDenied
         dead_letter = get_object_or_404(DeadLetter, pk=object_id)
-        self._retry(request, [dead_letter])
+        self.retry_dead_letters(request, [dead_letter])
         if request.GET.get("next") == "list":
             return HttpResponseRedirect(self._changelist_clicked_from(request))
         return HttpResponseRedirect(reverse("admin:notifications_deadletter_change", args=[dead_letter.pk]))
@@ -310,7 +315,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Retry selected dead letters", permissions=["retry"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> TemplateResponse | None:
-        return self._confirmed_or_ask(request, queryset, action="retry_selected", verb="Retry", then=self._retry)
+        return self._confirmed_or_ask(request, queryset, action="retry_selected", verb="Retry", then=self.retry_dead_letters)
 
     @admin.action(description="Discard selected dead letters", permissions=["retry"])
     def discard_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> TemplateResponse | None:

@@ -1,8 +1,9 @@
-"""Admin for notifications and their delivery attempts: search, read, and cancel through the service."""
+"""Admin for notifications and their delivery attempts: search, read, and retry or cancel through the services."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -11,28 +12,58 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from .. import services
+from .. import selectors, services
 from ..errors import NotificationError
-from ..models import PENDING_STATUSES, DeliveryAttempt, Notification
+from ..models import PENDING_STATUSES, DeadLetter, DeliveryAttempt, Notification, Status
 from .base import LargeTablePaginator, ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
+
+# A changelist cell says this much of a long text; the page says all of it.
+LIST_TEXT_CHARS = 60
+# The statuses a notification's Retry redrives from (through its unresolved dead letter).
+RETRYABLE_STATUSES = (Status.FAILED, Status.DEAD)
 
 # What support reads of one try, on the notification's page and the attempts' own.
 ATTEMPT_FIELDS = (
     "number",
+    "channel",
+    "account",
     "outcome",
-    "started_at",
-    "finished_at",
+    "started",
     "duration_ms",
-    "error_class",
-    "error_message",
+    "error",
     "provider_response",
 )
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+def _to_the_second(moment: datetime | None) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+
+
+def _cut(text: str, chars: int = LIST_TEXT_CHARS) -> str:
+    """The first line of ``text``, cut to ``chars`` with an ellipsis."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:chars] + ("…" if len(line) > chars else "")
+
+
+class AttemptDisplay:
+    """The attempt's columns that are not plain fields: its start to the second, its error."""
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: DeliveryAttempt) -> str:
+        return _to_the_second(obj.started_at)
+
+    @admin.display(description="error")
+    def error(self, obj: DeliveryAttempt) -> str:
+        if not obj.error_class:
+            return obj.error_message or "-"
+        return format_html("<strong>{}</strong>: {}", obj.error_class.rsplit(".", 1)[-1], obj.error_message)
+
+
+class DeliveryAttemptInline(AttemptDisplay, admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
     fields = ATTEMPT_FIELDS
@@ -51,16 +82,18 @@ class DeliveryAttemptInline(admin.TabularInline):
 
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
-    list_display = ("short_id", "status", "channel", "address", "client", "attempt_count", "created_at", "delivered_at")
+    # Narrow columns, so the list reads at 1280 px with its filters beside it (admin.css).
+    list_display = ("short_id", "user", "channel", "category", "status", "last_error_short", "created")
     list_filter = (
         "status",
-        "suppressed_reason",
-        "provider_status",
         "channel",
+        "category",
         "client",
+        "provider_status",
+        "suppressed_reason",
         ("created_at", admin.DateFieldListFilter),
     )
-    list_select_related = ("client",)
+    list_select_related = ("category",)
     # Searched as exact matches on indexed columns (see get_search_results): a LIKE scan of a large
     # table is what a support search must never turn into.
     search_fields = ("id", "address", "idempotency_key", "trace_id", "user_id")
@@ -70,7 +103,7 @@ class NotificationAdmin(ReadOnlyAdmin):
     inlines = (DeliveryAttemptInline,)
     actions = ("cancel_selected",)
     fieldsets = (
-        (None, {"fields": ("id", "status", "channel", "address", "client", "user_id", "priority")}),
+        (None, {"fields": ("id", "status", "channel", "route_summary", "address", "client", "user_id", "priority")}),
         (
             "Message",
             {"fields": ("rendered_message", "html_message_pre", "metadata_pretty", "template_key", "locale", "headers_pretty")},
@@ -80,7 +113,7 @@ class NotificationAdmin(ReadOnlyAdmin):
             "Delivery",
             {
                 "fields": (
-                    "attempt_count",
+                    "attempts_made",
                     "last_error",
                     "provider_message_id",
                     "provider_status",
@@ -99,7 +132,49 @@ class NotificationAdmin(ReadOnlyAdmin):
 
     @admin.display(description="id", ordering="id")
     def short_id(self, obj: Notification) -> str:
-        return str(obj.pk)
+        return format_html('<span title="{}">{}</span>', obj.pk, str(obj.pk)[:8])
+
+    @admin.display(description="user", ordering="user_id")
+    def user(self, obj: Notification) -> str:
+        return format_html('<span title="{}">{}</span>', obj.user_id, _cut(obj.user_id, 24))
+
+    @admin.display(description="last error")
+    def last_error_short(self, obj: Notification) -> str:
+        return _cut(obj.last_error) or "-"
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Notification) -> str:
+        return _to_the_second(obj.created_at)
+
+    @admin.display(description="route")
+    def route_summary(self, obj: Notification) -> str:
+        """A fallback notification's channels in order, what became of each and how many attempts it took."""
+        if not obj.route:
+            return "-"
+        return format_html(
+            '<ol class="notification-route">{}</ol>',
+            format_html_join(
+                "",
+                "<li><strong>{}</strong>: {}{}{}</li>",
+                (
+                    (
+                        entry["channel"],
+                        entry["outcome"],
+                        f" ({entry['reason']})" if entry.get("reason") else "",
+                        f", {entry['attempts']} attempt{'s' if entry['attempts'] != 1 else ''}" if entry.get("attempts") else "",
+                    )
+                    for entry in obj.route
+                ),
+            ),
+        )
+
+    @admin.display(description="attempts")
+    def attempts_made(self, obj: Notification) -> str:
+        """Every attempt listed below, on every channel of its route; a retry starts a fresh budget."""
+        made = obj.attempts.count()
+        if made == obj.attempt_count:
+            return str(made)
+        return f"{made} ({obj.attempt_count} since the last retry)"
 
     @admin.display(description="message")
     def rendered_message(self, obj: Notification) -> str:
@@ -154,6 +229,11 @@ class NotificationAdmin(ReadOnlyAdmin):
     def get_urls(self) -> list[URLPattern]:
         return [
             path(
+                "<uuid:object_id>/retry/",
+                self.admin_site.admin_view(require_POST(self.retry_view)),
+                name="notifications_notification_retry",
+            ),
+            path(
                 "<uuid:object_id>/cancel/",
                 self.admin_site.admin_view(require_POST(self.cancel_view)),
                 name="notifications_notification_cancel",
@@ -165,10 +245,34 @@ class NotificationAdmin(ReadOnlyAdmin):
         as_uuid = _as_uuid(object_id)
         notification = Notification.objects.filter(pk=as_uuid).only("status").first() if as_uuid else None
         extra_context = dict(extra_context or {})
-        extra_context["can_cancel"] = bool(
-            notification and notification.status in PENDING_STATUSES and self.has_retry_permission(request)
+        status = notification.status if notification is not None and self.has_retry_permission(request) else ""
+        extra_context["can_cancel"] = status in PENDING_STATUSES
+        extra_context["can_retry"] = (
+            status in RETRYABLE_STATUSES and selectors.dead_letter_unresolved_of(notification_id=as_uuid) is not None
         )
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def retry_view(self, request: HttpRequest, object_id: uuid.UUID) -> HttpResponse:
+        """Retry a failed or dead notification from its own page: its unresolved dead letter is
+        redriven by the same code, audited and reported the same way, as the dead letter's Retry."""
+        if not self.has_retry_permission(request):
+            raise PermissionDenied
+        notification = get_object_or_404(Notification.objects.only("id", "status"), pk=object_id)
+        dead_letter = selectors.dead_letter_unresolved_of(notification_id=notification.pk)
+        if dead_letter is None:
+            self.message_user(
+                request,
+                _report(0, 1, "retried") + f": it is {notification.status} with no unresolved dead letter to retry",
+                messages.WARNING,
+            )
+        else:
+            dead_letters_admin = self.admin_site.get_model_admin(DeadLetter)
+            dead_letters_admin.retry_dead_letters(request, [dead_letter])  # type: ignore[attr-defined]
+            dead_letter.refresh_from_db()
+            if dead_letter.resolution and dead_letter.resolved_by_id == request.user.pk:
+                # Its history says so too; the dead letter's own entry says what the service did.
+                self.log_change(request, notification, f"Retried (dead letter #{dead_letter.pk})")
+        return HttpResponseRedirect(reverse("admin:notifications_notification_change", args=[notification.pk]))
 
     def _cancel(self, request: HttpRequest, notification: Notification) -> bool:
         try:
@@ -205,9 +309,9 @@ class NotificationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DeliveryAttempt)
-class DeliveryAttemptAdmin(ReadOnlyAdmin):
-    list_display = ("notification", "number", "outcome", "started_at", "finished_at", "duration_ms", "error_class")
-    list_filter = ("outcome",)
+class DeliveryAttemptAdmin(AttemptDisplay, ReadOnlyAdmin):
+    list_display = ("notification", "number", "channel", "account", "outcome", "started", "duration_ms", "error_class")
+    list_filter = ("outcome", "channel")
     list_select_related = ("notification",)
     show_full_result_count = False
     readonly_fields = ("notification", *ATTEMPT_FIELDS)

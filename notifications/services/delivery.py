@@ -32,7 +32,7 @@ from ..ratelimit import Reservation, reserve_send_slot
 from ..selectors import notifications_pending_delivery
 from ..sql import update_rows
 from .consent import consent_before_send
-from .failover import provider_error_is_account_level, provider_for_send, provider_send_record
+from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
 from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
 from .routing import routes_delivered
 from .status_events import status_event_record
@@ -260,12 +260,20 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         try:
             result = provider.send(message)
         except PermanentChannelError as exc:
+            if exc.code == "not_configured":
+                # Missing settings do not appear between two tries: the message fails at once (a
+                # route moves on to its next channel now), and with backups the account's circuit
+                # counts it, so the next sends go to an account that can send.
+                tracing.record_outcome(span, "permanent_error")
+                provider_send_record(notification.channel, attempt.account, ok=False)
+                return record_permanent_failure(notification, attempt, exc, started)
             if provider_error_is_account_level(exc):
                 # A revoked token or a refused login is the account's fault, not the recipient's:
-                # a failure for the circuit (the next sends go to a backup) and a retry.
+                # a failure for the circuit (the next sends go to a backup) and a retry, recorded
+                # as the transient error it is for this message (outcome and class agree).
                 tracing.record_outcome(span, "transient_error")
                 provider_send_record(notification.channel, attempt.account, ok=False)
-                return record_transient_failure(notification, attempt, exc, started)
+                return record_transient_failure(notification, attempt, account_refused(exc), started)
             tracing.record_outcome(span, "permanent_error")
             provider_send_record(notification.channel, attempt.account, ok=True)  # it answered: the account works
             return record_permanent_failure(notification, attempt, exc, started)

@@ -21,7 +21,7 @@ from ..channels.providers import failover_providers
 from ..circuit import OPEN, circuit_allow, circuit_is_open, circuit_record
 from ..conf import get_config
 from ..degraded import RedisOutage
-from ..errors import ChannelError
+from ..errors import ChannelError, PermanentChannelError, TransientChannelError
 
 outage = RedisOutage("circuit_breaker", consequence="provider failover is off (sends go to each channel's primary account)")
 
@@ -81,6 +81,14 @@ def provider_error_is_account_level(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def account_refused(exc: PermanentChannelError) -> TransientChannelError:
+    """An account-level refusal as what it is for the message: a transient error (it is retried,
+    through a backup when there is one), code ``account_refused``, raised from the provider's."""
+    error = TransientChannelError(str(exc), code="account_refused", extra=dict(exc.extra))
+    error.__cause__ = exc
+    return error
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..models import (
 )
 from .dead_letters import dead_letter_create
 from .outbox import notification_publish
-from .routing import route_advance, route_fields
+from .routing import channel_attempt_count, route_advance, route_fields
 from .status_events import status_event_record
 from .suppressions import suppression_from_permanent_error
 
@@ -122,7 +122,8 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
     """After a failed try of the claim made at ``claimed_at``: retry later, or dead-letter when the
     budget is spent; "skipped" when that claim is no longer current (see claim_finish)."""
     policy = get_config().retry_policy(notification.channel)
-    if notification.attempt_count >= policy.max_attempts:
+    attempts = channel_attempt_count(notification)  # a route's channel has its own budget
+    if attempts >= policy.max_attempts:
         # A fallback notification moves on to its next channel, with that channel's own budget.
         step = route_advance(notification, claimed_at=claimed_at, reason="retries_exhausted", error=str(exc))
         if step.advanced:
@@ -142,7 +143,7 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
         )
         return "dead"
     retry_after = exc.retry_after if isinstance(exc, TransientChannelError) else None
-    delay = retry_delay_seconds(channel=notification.channel, attempt_number=notification.attempt_count, retry_after=retry_after)
+    delay = retry_delay_seconds(channel=notification.channel, attempt_number=attempts, retry_after=retry_after)
     now = timezone.now()
     # A short backoff is a delayed broker message, published after this commit with no further
     # write; a long one waits in the row for the sweeper (see services/outbox.py).

@@ -43,12 +43,28 @@ ROUTE_OUTCOMES = (PENDING, SKIPPED, FAILED, DELIVERED)
 CONTENT_FIELDS = ("subject", "message", "html_message", "headers", "template_key", "locale")
 
 
-def route_with_outcome(route: list[dict[str, Any]], channel: str, outcome: str, reason: str = "") -> list[dict[str, Any]]:
+def route_with_outcome(
+    route: list[dict[str, Any]], channel: str, outcome: str, reason: str = "", *, attempts: int | None = None
+) -> list[dict[str, Any]]:
     """A copy of ``route`` whose entry for ``channel`` now has ``outcome`` and ``reason`` (a route
-    lists a channel once); the same list back for a notification without a route."""
+    lists a channel once), and ``attempts`` (how many that channel took) when given; the same
+    list back for a notification without a route."""
     if not route:
         return route
-    return [{**entry, "outcome": outcome, "reason": reason} if entry["channel"] == channel else dict(entry) for entry in route]
+    decided = {"outcome": outcome, "reason": reason, **({} if attempts is None else {"attempts": attempts})}
+    return [{**entry, **decided} if entry["channel"] == channel else dict(entry) for entry in route]
+
+
+def route_attempts_spent(route: list[dict[str, Any]]) -> int:
+    """The attempts the channels already left behind took. A notification's ``attempt_count``
+    counts every attempt of its route; what is left of it is the current channel's, whose retry
+    budget is its own."""
+    return sum(int(entry.get("attempts", 0)) for entry in route if entry["outcome"] != PENDING)
+
+
+def channel_attempt_count(notification: Notification) -> int:
+    """The attempts made on the notification's current channel (all of them without a route)."""
+    return max(0, notification.attempt_count - route_attempts_spent(notification.route or []))
 
 
 def content_entry(content: NotificationContent) -> dict[str, Any]:
@@ -174,13 +190,17 @@ def route_advance(
 ) -> RouteStep:
     """The notification's current channel has failed (``reason``: permanent_error, retries_exhausted)
     or was skipped just before its send (``only_from`` pending statuses, a preference changed):
-    move on to its next channel that can be tried, with a fresh attempt budget, in one conditional
+    move on to its next channel that can be tried, with a fresh attempt budget (the route records
+    the attempts the failed channel took; ``attempt_count`` goes on counting), in one conditional
     UPDATE (only out of the claim made at ``claimed_at``, or out of ``only_from``), published after
     commit. Run inside the caller's transaction."""
     if not notification.route:
         return RouteStep(route=[])
     outcome = SKIPPED if only_from is not None else FAILED
-    route, hop = _next_hop(notification, route_with_outcome(notification.route, notification.channel, outcome, reason))
+    attempts = channel_attempt_count(notification)
+    route, hop = _next_hop(
+        notification, route_with_outcome(notification.route, notification.channel, outcome, reason, attempts=attempts)
+    )
     if hop is None:
         return RouteStep(route=route)
     now = timezone.now()
@@ -190,7 +210,6 @@ def route_advance(
         Status.QUEUED,
         only_from=only_from or [Status.SENDING],
         only_claimed_at=claimed_at,
-        attempt_count=0,
         next_attempt_at=now,
         enqueued_at=now,
         claimed_at=None,
@@ -229,7 +248,7 @@ def route_restart(notification_id: Any) -> dict[str, Any] | None:
     )
     if notification is None or not notification.route:
         return {}
-    fresh = [{**entry, "outcome": PENDING, "reason": ""} for entry in notification.route]
+    fresh = [{**entry, "outcome": PENDING, "reason": "", "attempts": 0} for entry in notification.route]
     route, hop = _next_hop(notification, fresh)
     return None if hop is None else _fields_for(hop, route)
 
