@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
 
-.PHONY: run test lint format install lock migrate demo bench clean
+.PHONY: run test test-fast lint format install lock migrate demo bench clean
 
 $(STAMP): requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,9 +26,14 @@ demo: migrate
 run: demo
 	$(PY) manage.py runplatform
 
-## Lint, type-check, then the whole suite against the real PostgreSQL, RabbitMQ and Redis.
+## Lint, type-check, the fast tier, then the whole suite against the real PostgreSQL, RabbitMQ and Redis.
 test: install lint
+	scripts/test-fast.sh -q
 	scripts/test.sh
+
+## The domain's rules on the embedded default (SQLite, StubBroker, local-memory cache): no service needed.
+test-fast: install
+	scripts/test-fast.sh
 
 lint: install
 	$(PY) -m ruff check notifications platform tests bench manage.py gunicorn.conf.py

@@ -131,13 +131,19 @@ class _LocalReserver:
             limit = min(max_wait, hold) if shared and len(to_come) >= BACKLOG_RESERVATIONS else max_wait
             if wait > limit:
                 return Reservation(False, wait - limit)
-            slots = min(count, int((max_wait - wait) // interval) + 1)
+            slots = min(count, _whole_intervals(max_wait - wait, interval) + 1)
             if shared:
-                slots = min(slots, max(1, int((hold - wait) // interval) + 1))
+                slots = min(slots, max(1, _whole_intervals(hold - wait, interval) + 1))
             if hold > 0:
                 self._to_come[holder_key] = [*to_come, tat + slots * interval]
             self._tat[key] = tat + slots * interval
             return Reservation(True, wait, slots, interval)
+
+
+def _whole_intervals(span: float, interval: float) -> int:
+    """How many whole ``interval`` fit in ``span``, in microseconds as the Redis script counts:
+    in floats 1.0 // 0.1 is 9.0, one slot short of the script's answer."""
+    return int(round(span * 1_000_000)) // max(1, int(round(interval * 1_000_000)))
 
 
 # Reservations still to come that make a holder's a backlog: a client sending a notification every

@@ -112,6 +112,9 @@ else:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
         }
     )
+    # The fast test tier's database, one per pytest-xdist worker: in memory, named so (the engine
+    # is django_prometheus's, which pytest-django would otherwise give a file name).
+    DATABASES["default"]["TEST"] = {"NAME": ":memory:"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (Redis through django-redis, or local memory) ---------------------------------------

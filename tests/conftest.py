@@ -1,9 +1,11 @@
 """Shared fixtures. The suite runs against the real PostgreSQL, RabbitMQ and Redis that
-scripts/test.sh points it at (a database, vhost and key prefix of this run's own)."""
+scripts/test.sh points it at (a database, vhost and key prefix of this run's own); the fast tier
+(scripts/test-fast.sh) runs the tests not marked ``services`` on the embedded default instead."""
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterator
 
 import dramatiq
@@ -17,26 +19,56 @@ from notifications.models import ApiClient
 
 from .factories import make_api_client
 
+# `make test-fast` (scripts/test-fast.sh) sets this: the fast tier, on the embedded default.
+FAST_TIER = os.environ.get("TEST_TIER") == "fast"
 
-def pytest_configure(config: pytest.Config) -> None:
-    # The suite is about the real services; refuse to run quietly on the embedded fallbacks.
-    missing = [
+
+def _on_real_services() -> list[str]:
+    """The real services this process is configured for."""
+    return [
         name
         for name, ok in (
             ("DATABASE_URL (PostgreSQL)", "postgresql" in settings.DATABASES["default"]["ENGINE"]),
             ("BROKER_URL (RabbitMQ)", not settings.BROKER_IS_EMBEDDED),
             ("REDIS_URL (Redis)", bool(settings.REDIS_URL)),
         )
-        if not ok
+        if ok
     ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    real = _on_real_services()
+    if FAST_TIER:
+        # The fast tier is the domain's rules on SQLite, the StubBroker and the local-memory cache.
+        if real:
+            raise pytest.UsageError("the fast tier runs on the embedded default; configured: " + ", ".join(real))
+        return
+    # The full suite is about the real services; refuse to run quietly on the embedded fallbacks.
+    missing = {"DATABASE_URL (PostgreSQL)", "BROKER_URL (RabbitMQ)", "REDIS_URL (Redis)"} - set(real)
     if missing:
         raise pytest.UsageError(
-            "the test suite needs the real services; not configured: " + ", ".join(missing) + ". Run it with `make test`."
+            "the test suite needs the real services; not configured: " + ", ".join(sorted(missing)) + ". Run it with `make test`."
         )
 
 
+def _transactional(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    names = set(getattr(item, "fixturenames", ()))
+    return bool(names & {"transactional_db", "live_server"}) or bool(marker and marker.kwargs.get("transaction"))
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test that commits for real (threads, server processes, workers on their own connections)
+    # needs PostgreSQL's concurrency: it is a `services` test whatever its module says.
+    for item in items:
+        if _transactional(item):
+            item.add_marker(pytest.mark.services)
+    if FAST_TIER:
+        fast = [item for item in items if item.get_closest_marker("services") is None]
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("services") is not None])
+        items[:] = fast
+        return
     # Tests marked `fault` break a process or service on purpose and take the longest: they run
     # last (a stable sort keeps every other order, after any plugin's own reordering).
     items.sort(key=lambda item: item.get_closest_marker("fault") is not None)
@@ -61,8 +93,24 @@ def _seed_rows(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(autouse=True)
 def _clear_cache() -> Iterator[None]:
     yield
+    if FAST_TIER:
+        # This process's own: the local-memory cache, and the in-process state that stands in for
+        # Redis on the embedded default (ids are reused between tests on SQLite).
+        cache.clear()
+        _embedded_state_reset()
+        return
     # delete_pattern honours this run's key prefix; cache.clear() would FLUSHDB other runs' keys.
     cache.delete_pattern("*")  # type: ignore[attr-defined]
+
+
+def _embedded_state_reset() -> None:
+    from notifications import circuit, concurrency, ratelimit
+    from notifications.services import caps
+
+    caps._local = caps._LocalLog()
+    circuit._local = circuit._LocalCircuits()
+    concurrency._local = concurrency._LocalTurns()
+    ratelimit._local = ratelimit._LocalReserver()
 
 
 @pytest.fixture

@@ -1082,6 +1082,7 @@ def test_bulk_retry_of_more_ticked_rows_than_the_confirmation_lists_retries_ever
     assert DeadLetter.objects.get(pk=untouched.pk).resolution == Resolution.UNRESOLVED
 
 
+@pytest.mark.services
 def test_purge_deletes_in_short_batches_and_removes_expired_event_dedup_records(db: None) -> None:
     from notifications.models import ProcessedEvent
 
@@ -1170,6 +1171,7 @@ def test_a_row_retry_returns_to_the_filtered_list_it_was_clicked_on_and_never_to
     assert DeadLetter.objects.filter(resolution=Resolution.RETRIED).count() == 2
 
 
+@pytest.mark.services
 def test_a_large_unfiltered_changelist_is_counted_from_postgresqls_estimate_and_a_filtered_one_exactly(
     support: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

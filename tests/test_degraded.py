@@ -108,6 +108,7 @@ def most_in_any_second(times: list[float]) -> int:
 # --- Redis down ---------------------------------------------------------------------------------
 
 
+@pytest.mark.services
 def test_with_redis_refusing_connections_the_api_accepts_and_counts_its_throttles_as_degraded(
     api: APIClient, caplog: pytest.LogCaptureFixture
 ) -> None:

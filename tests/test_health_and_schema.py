@@ -46,6 +46,7 @@ def test_readyz_is_200_with_every_dependency_up(db: None) -> None:
     assert body["down"] == [] and set(body["checks"]) == {"database", "broker", "redis"}
 
 
+@pytest.mark.services
 def test_readyz_is_503_naming_what_is_down() -> None:
     completed = run_manage(
         "shell",

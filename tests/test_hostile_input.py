@@ -415,6 +415,7 @@ def live(
 @pytest.mark.parametrize(
     "path", [f"{URL}/%E2%9C%93", "/api/v1/recipients/%E5%90%8D%E5%89%8D", "/api/v1/%F0%9F%98%84", f"{URL}/%C3%A9"]
 )
+@pytest.mark.services
 def test_a_path_beyond_latin_1_is_a_json_404_on_a_real_server(live: Live, path: str) -> None:
     response = live.request("GET", path)
     assert response.status_code == 404
@@ -422,10 +423,12 @@ def test_a_path_beyond_latin_1_is_a_json_404_on_a_real_server(live: Live, path: 
     assert response.headers["X-Request-ID"]
 
 
+@pytest.mark.services
 def test_a_path_beyond_latin_1_outside_the_api_is_a_404_not_a_500_on_a_real_server(live: Live) -> None:
     assert live.request("GET", "/%F0%9F%98%84").status_code == 404
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("case", list(HOSTILE_BODIES))
 def test_a_hostile_body_is_400_naming_the_field_on_a_real_server(live: Live, case: str) -> None:
     body, field = HOSTILE_BODIES[case]
@@ -435,6 +438,7 @@ def test_a_hostile_body_is_400_naming_the_field_on_a_real_server(live: Live, cas
     assert listed.status_code == 200 and listed.json()["results"] == []
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("field", ["channel", "created_after"])
 def test_an_empty_list_filter_is_400_naming_it_on_a_real_server(live: Live, field: str) -> None:
     response = live.request("GET", f"{URL}?{field}=")
@@ -465,6 +469,7 @@ def test_a_burst_of_guessed_tokens_at_a_real_server_gets_no_more_401s_than_the_l
     assert answers == Counter({401: 20, 429: 180}), answers
 
 
+@pytest.mark.services
 def test_on_gunicorn_twenty_five_bad_tokens_then_a_good_one_the_good_one_is_served_the_next_bad_one_is_429(
     gunicorn: WebServer, django_db_blocker: Any, one_window: None
 ) -> None:

@@ -7,6 +7,7 @@ import sys
 import uuid
 
 import pika
+import pytest
 from django.conf import settings
 
 from .helpers import ROOT, platform_env
@@ -39,6 +40,7 @@ def test_uuid_works_with_the_project_platform_package() -> None:
     assert uuid.uuid1().version == 1  # uuid1 is the one that consults platform at import time
 
 
+@pytest.mark.services
 def test_pika_connects_under_pytest() -> None:
     connection = pika.BlockingConnection(pika.URLParameters(settings.BROKER_URL))
     try:
@@ -50,6 +52,7 @@ def test_pika_connects_under_pytest() -> None:
         connection.close()
 
 
+@pytest.mark.services
 def test_python_c_from_the_repo_root_gets_both_apis() -> None:
     completed = subprocess.run(
         [sys.executable, "-c", STDLIB_CHECK, settings.BROKER_URL],
@@ -65,6 +68,7 @@ def test_python_c_from_the_repo_root_gets_both_apis() -> None:
     assert "pika-open True" in completed.stdout
 
 
+@pytest.mark.services
 def test_manage_py_shell_gets_the_stdlib_api() -> None:
     code = (
         "import platform, uuid, pika; from django.conf import settings; "

@@ -54,6 +54,7 @@ def api_for(token: str, address: str = "192.0.2.10") -> APIClient:
     return api
 
 
+@pytest.mark.services
 def test_a_known_clients_requests_take_one_redis_count_per_block(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ApiClientRateThrottle, "rate", "1000/min", raising=False)
     assert window_blocks.block_for(1000) == 5
