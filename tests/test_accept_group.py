@@ -83,6 +83,22 @@ def body(n: int, **fields: str) -> dict[str, Any]:
     return {"user_id": f"u{n}", "message": f"hello {n}", "to": f"u{n}@example.com", **fields}
 
 
+def post_in_thread(token: str, payload: dict[str, Any], answers: list[int]) -> threading.Thread:
+    """POST ``payload`` as ``token``'s client from a thread of its own (started); its status goes to ``answers``."""
+
+    def send() -> None:
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        try:
+            answers.append(api.post(URL, payload, format="json").status_code)
+        finally:
+            connection.close()  # this thread's connection, or the test database cannot be dropped
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
 def drain(broker: dramatiq.Broker, queue: str) -> list[dramatiq.Message[Any]]:
     messages = []
     while True:
@@ -355,31 +371,11 @@ def test_a_clients_stalled_group_does_not_hold_another_clients_request(monkeypat
 
     monkeypatch.setattr(accept_group, "_group_accept", stalling)
     slow_answer: list[int] = []
-
-    def slow() -> None:
-        api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION=f"Bearer {slow_token}")
-        try:
-            slow_answer.append(api.post(URL, body(0), format="json").status_code)
-        finally:
-            connection.close()
-
-    first = threading.Thread(target=slow)
-    first.start()
+    first = post_in_thread(slow_token, body(0), slow_answer)
     try:
         assert stalled.wait(timeout=10)
         other_answer: list[int] = []
-
-        def other() -> None:
-            api = APIClient()
-            api.credentials(HTTP_AUTHORIZATION=f"Bearer {other_token}")
-            try:
-                other_answer.append(api.post(URL, body(1), format="json").status_code)
-            finally:
-                connection.close()
-
-        second = threading.Thread(target=other)
-        second.start()
+        second = post_in_thread(other_token, body(1), other_answer)
         # Answered while the slow client's group is still held: not behind it, and well before
         # GROUP_WAIT_SECONDS (10 s), after which a request behind a stuck leader goes alone.
         second.join(timeout=5)

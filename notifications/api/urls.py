@@ -2,14 +2,14 @@
 
 from django.urls import path
 
-from . import broadcasts, categories, client, preferences, provider_callbacks, suppressions, templates, topics, views
+from . import broadcasts, categories, client, preferences, provider_callbacks, recipients, suppressions, templates, topics, views
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
     path("notifications/batch", views.NotificationBatchView.as_view(), name="notification-batch"),
     path("notifications/<str:notification_id>", views.NotificationDetailView.as_view(), name="notification-detail"),
     path("notifications/<str:notification_id>/cancel", views.NotificationCancelView.as_view(), name="notification-cancel"),
-    path("recipients/<str:user_id>", views.RecipientView.as_view(), name="recipient-detail"),
+    path("recipients/<str:user_id>", recipients.RecipientView.as_view(), name="recipient-detail"),
     path("recipients/<str:user_id>/preferences", preferences.PreferencesView.as_view(), name="recipient-preferences"),
     path("templates/<str:key>", templates.TemplateView.as_view(), name="template-detail"),
     path("templates/<str:key>/preview", templates.TemplatePreviewView.as_view(), name="template-preview"),

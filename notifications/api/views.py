@@ -7,19 +7,17 @@ import uuid
 from typing import Any, cast
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
-from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import selectors, services
 from ..errors import NotificationError, ValidationFailed
-from ..health import readiness_checks
 from ..models import ApiClient
-from .exceptions import api_exception_handler, database_unavailable, error_body, unhandled_error
+from .exceptions import api_exception_handler, database_unavailable, unhandled_error
 from .pagination import NewestFirstPagination
 from .schema import api_operation, request_example
 from .serializers import (
@@ -27,13 +25,10 @@ from .serializers import (
     AcceptedSerializer,
     BatchCreateSerializer,
     BatchResultSerializer,
-    LivenessSerializer,
     NotificationCreateSerializer,
     NotificationDetailSerializer,
     NotificationFilterSerializer,
     NotificationSerializer,
-    ReadinessSerializer,
-    RecipientSerializer,
 )
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
@@ -293,114 +288,3 @@ class NotificationCancelView(APIView):
     def post(self, request: Request, notification_id: str) -> Response:
         notification = services.notification_cancel(client=_client(request), notification_id=notification_id)
         return Response(NotificationSerializer(notification).data)
-
-
-class RecipientView(APIView):
-    @api_operation(
-        "recipients_retrieve",
-        {
-            200: RecipientSerializer,
-            400: BAD_USER_ID,
-            404: "This client has stored no recipient with this user_id.",
-        },
-        parameters=[USER_ID],
-        summary="Get a recipient",
-        description="The addresses and settings stored for this user_id.",
-    )
-    def get(self, request: Request, user_id: str) -> Response:
-        recipient = selectors.recipient_get(client=_client(request), user_id=_path_user_id(user_id))
-        if recipient is None:
-            return Response(error_body("not_found", f"no recipient {user_id!r}"), status=status.HTTP_404_NOT_FOUND)
-        return Response(RecipientSerializer(recipient).data)
-
-    @api_operation(
-        "recipients_upsert",
-        {
-            200: OpenApiResponse(RecipientSerializer, description="Replaced."),
-            201: OpenApiResponse(RecipientSerializer, description="Created."),
-            400: "A field or the user_id is invalid; `field` names it.",
-            413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
-        },
-        request=RecipientSerializer,
-        parameters=[USER_ID],
-        summary="Create or replace a recipient",
-        description="Stores the recipient's addresses (email, phone in E.164, push tokens, webhook URL), locale, "
-        "timezone and quiet hours under your user_id; a field left out is cleared. Notifications without `to` "
-        "are sent to these addresses.",
-        examples=[
-            request_example(
-                "Email and phone, with quiet hours",
-                {
-                    "email": "ann@example.com",
-                    "phone": "+14155550123",
-                    "locale": "en",
-                    "timezone": "Europe/Paris",
-                    "quiet_hours": {"start": "22:00", "end": "08:00"},
-                },
-            )
-        ],
-    )
-    def put(self, request: Request, user_id: str) -> Response:
-        serializer = RecipientSerializer(data=_require_object(request.data))
-        serializer.is_valid(raise_exception=True)
-        recipient, created = services.recipient_upsert(
-            client=_client(request), user_id=_path_user_id(user_id), data=serializer.validated_data
-        )
-        return Response(RecipientSerializer(recipient).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
-
-    @api_operation(
-        "recipients_delete",
-        {
-            204: None,
-            400: BAD_USER_ID,
-            404: "This client has stored no recipient with this user_id.",
-        },
-        parameters=[USER_ID],
-        summary="Delete a recipient",
-        description="Forgets the recipient: its addresses, preferences and topic subscriptions. Its notifications stay.",
-    )
-    def delete(self, request: Request, user_id: str) -> Response:
-        services.recipient_delete(client=_client(request), user_id=_path_user_id(user_id))
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class LivenessView(APIView):
-    authentication_classes: list[Any] = []
-    permission_classes = [AllowAny]
-    throttle_classes: list[Any] = []
-
-    @extend_schema(
-        operation_id="healthz",
-        summary="Liveness",
-        description="200 while the web process answers; checks nothing else (see /readyz). No token.",
-        tags=["health"],
-        responses={200: OpenApiResponse(LivenessSerializer, description="The process answers.")},
-    )
-    def get(self, request: Request) -> Response:
-        return Response({"status": "ok"})
-
-
-class ReadinessView(APIView):
-    authentication_classes: list[Any] = []
-    permission_classes = [AllowAny]
-    throttle_classes: list[Any] = []
-
-    @extend_schema(
-        operation_id="readyz",
-        summary="Readiness",
-        description="200 when PostgreSQL, RabbitMQ and Redis all answer; 503 naming the ones that do not. No token.",
-        tags=["health"],
-        responses={
-            200: OpenApiResponse(ReadinessSerializer, description="All dependencies reachable."),
-            503: OpenApiResponse(ReadinessSerializer, description="Names what is down."),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        checks = readiness_checks()
-        down = [c.name for c in checks if not c.ok]
-        body = {
-            "status": "unavailable" if down else "ok",
-            "down": down,
-            "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in checks},
-        }
-        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if down else status.HTTP_200_OK)

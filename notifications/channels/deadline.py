@@ -77,45 +77,37 @@ def _bound(sock: socket.socket) -> None:
         socket.socket.settimeout(sock, left)
 
 
-class _DeadlineSocket(socket.socket):
-    # No slots of its own: an open socket's class is switched to this one (same layout).
+class _Bounded:
+    """Every read and write of a socket bounded by the current deadline first. No slots of its own,
+    nor its subclasses: an open socket's class is switched to one of them (the same layout)."""
+
     __slots__ = ()
 
     def recv(self, *args: Any) -> bytes:
-        _bound(self)
-        return super().recv(*args)
+        _bound(self)  # type: ignore[arg-type]
+        return super().recv(*args)  # type: ignore[misc]
 
     def recv_into(self, *args: Any) -> int:
-        _bound(self)
-        return super().recv_into(*args)
+        _bound(self)  # type: ignore[arg-type]
+        return super().recv_into(*args)  # type: ignore[misc]
 
     def send(self, *args: Any) -> int:
-        _bound(self)
-        return super().send(*args)
+        _bound(self)  # type: ignore[arg-type]
+        return super().send(*args)  # type: ignore[misc]
 
     def sendall(self, *args: Any) -> None:
-        # A sendall's timeout is for the whole call (CPython 3.5+), so bounding it once suffices.
-        _bound(self)
-        super().sendall(*args)
+        # A plain socket's sendall has one timeout for the whole call (CPython 3.5+); an
+        # SSLSocket's loops over send, each bounded again. Either way, bounding it once suffices.
+        _bound(self)  # type: ignore[arg-type]
+        super().sendall(*args)  # type: ignore[misc]
 
 
-class _DeadlineSSLSocket(ssl.SSLSocket):
-    def recv(self, *args: Any) -> bytes:
-        _bound(self)
-        return super().recv(*args)
+class _DeadlineSocket(_Bounded, socket.socket):
+    __slots__ = ()
 
-    def recv_into(self, *args: Any) -> int:
-        _bound(self)
-        return super().recv_into(*args)
 
-    def send(self, *args: Any) -> int:
-        _bound(self)
-        return super().send(*args)
-
-    def sendall(self, *args: Any) -> None:
-        # SSLSocket.sendall loops over send, each bounded again.
-        _bound(self)
-        super().sendall(*args)
+class _DeadlineSSLSocket(_Bounded, ssl.SSLSocket):
+    __slots__ = ()
 
 
 class DeadlineHTTPConnection(HTTPConnection):

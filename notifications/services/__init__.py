@@ -26,10 +26,9 @@ from .accept import (
 )
 from .accept_batch import BatchItem, notification_accept_batch
 from .accept_group import notification_accept_grouped
+from .broadcast_accept import BroadcastRequest, broadcast_create
 from .broadcasts import (
-    BroadcastRequest,
     broadcast_cancel,
-    broadcast_create,
     broadcast_fan_out,
     broadcast_fan_out_batch,
     broadcast_resume_stale,
@@ -47,13 +46,15 @@ from .clients import (
 )
 from .dead_letters import RedriveResult, dead_letter_discard, dead_letter_record_event, dead_letter_redrive, dead_letter_republish
 from .delivery import DeliveryOutcome, SendRateLimited, notification_deliver, notifications_deliver
-from .digests import (
+from .digest_join import (
     DEFAULT_DIGEST_MAX_ITEMS,
     MAX_DIGEST_ITEMS,
     MAX_DIGEST_KEY_LENGTH,
     MAX_DIGEST_WINDOW_SECONDS,
-    DigestCloseResult,
     DigestRequest,
+)
+from .digests import (
+    DigestCloseResult,
     digest_close,
     digest_sweep,
 )

@@ -39,7 +39,8 @@ from ..sql import insert_or_nothing
 from .caps import recipient_cap_take
 from .consent import consent_at_accept
 from .content import NotificationContent, requested_content
-from .digests import DigestRequest, digest_join, digest_member_cancel, digest_member_mark, digest_member_request
+from .digest_join import DigestRequest, digest_join, digest_member_mark, digest_member_request
+from .digests import digest_member_cancel
 from .outbox import notification_enqueued_state, notification_publish
 from .preferences import category_for_client
 from .routing import route_plan

@@ -28,7 +28,7 @@ from .accept import (
     notification_build,
 )
 from .caps import CapSlot, recipient_cap_take
-from .digests import digest_refused_in_batch
+from .digest_join import digest_refused_in_batch
 from .outbox import notification_enqueued_state, notifications_publish
 from .status_events import status_event_record
 from .template_budget import render_pool

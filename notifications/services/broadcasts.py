@@ -4,7 +4,6 @@ fanned out by a worker into one notification per subscriber, batch by batch, res
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 import uuid
@@ -13,48 +12,34 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import dramatiq
 from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from .. import metrics
-from ..channels import recipient_address, validate_address
-from ..conf import BROADCAST_FAN_OUT_ROUTE, get_config
-from ..errors import IdempotencyInFlight, InvalidTransition, NotificationError, TemplateRenderFailed, ValidationFailed
+from ..conf import get_config
+from ..errors import InvalidTransition, TemplateRenderFailed
 from ..models import (
-    DEFAULT_CATEGORY,
     ApiClient,
     Broadcast,
     BroadcastStatus,
-    Category,
     Notification,
-    Priority,
-    Recipient,
     Status,
     StatusEventType,
-    SuppressedReason,
-    TemplateVariant,
     sources_of,
 )
 from ..selectors import (
     broadcast_get,
     due_in_turns,
-    suppressed_addresses,
-    topic_get,
     topic_subscriber_count,
     topic_subscribers_after,
 )
 from ..sql import insert_many_or_nothing, model_rows
-from .accept import AcceptResult, NotificationRequest, _idempotency_claim, idempotency_replay, notification_build
-from .caps import NO_SLOT, CapSlot, recipient_cap_take
-from .consent import consent_at_accept
-from .content import notification_content, requested_content
-from .limits import broadcast_start_check
+from .broadcast_accept import broadcast_fan_out_enqueue
+from .broadcast_notifications import NotificationBuilder
+from .caps import CapSlot
 from .outbox import notification_enqueued_state, notifications_publish
-from .preferences import category_for_client
 from .status_events import status_event_record
-from .templates import template_variants_read
 
 logger = logging.getLogger("notifications.services")
 
@@ -65,109 +50,6 @@ FAN_OUT_SLICE_SECONDS = 30.0
 SWEEP_BATCH = 100
 # Broadcasts a fan-out may still be making notifications for (or about to).
 UNFINISHED = (BroadcastStatus.PENDING, BroadcastStatus.FANNING_OUT)
-
-
-@dataclass(frozen=True)
-class BroadcastRequest:
-    """A request to broadcast, already shape-checked by its entry point."""
-
-    topic: str
-    channel: str = "email"
-    channels: tuple[str, ...] = ()  # an ordered fallback route instead of channel
-    message: str = ""
-    subject: str = ""
-    template: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    category: str = DEFAULT_CATEGORY
-    locale: str = ""  # else each recipient's, else DEFAULT_LOCALE
-    priority: str = Priority.BULK
-
-
-# --- Accepting ----------------------------------------------------------------------------------
-
-
-def broadcast_create(
-    *, client: ApiClient, request: BroadcastRequest, idempotency_key: str | None, fingerprint: str
-) -> AcceptResult:
-    """Accept a broadcast exactly once per (client, idempotency key), as a notification is: the
-    key with its final answer and the broadcast in one transaction, the fan-out enqueued after
-    the commit. The key space is the client's notification keys' (one table), so a key already
-    used for a notification is a 422 here (fingerprints differ), never a replay of the other.
-    Past the client's BROADCASTS_PER_HOUR_MAX it is a RateLimitExceeded (429), its key not kept."""
-    key = idempotency_key or str(uuid.uuid4())
-    try:
-        broadcast = broadcast_build(client=client, request=request, idempotency_key=key)
-    except ValidationFailed:
-        replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=timezone.now())
-        if replay is not None:
-            return replay
-        raise
-    body = {"id": str(broadcast.id), "status": broadcast.status}
-    with transaction.atomic():
-        if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=broadcast.created_at):
-            replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=broadcast.created_at)
-            if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
-                raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
-            return replay
-        # The client's row lock: two broadcasts of one client never both take its last one of the hour.
-        own_limit = ApiClient.objects.select_for_update().filter(pk=client.pk).values_list("broadcasts_per_hour_max", flat=True)
-        broadcast_start_check(client=client, own_limit=own_limit.first(), now=broadcast.created_at)
-        broadcast.save(force_insert=True)
-        transaction.on_commit(lambda: broadcast_fan_out_enqueue(broadcast_id=broadcast.pk))
-    return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(broadcast.id))
-
-
-def broadcast_build(*, client: ApiClient, request: BroadcastRequest, idempotency_key: str) -> Broadcast:
-    """The broadcast the request asks for, checked (its topic, category and content: the template
-    is rendered once in the default locale, so a missing variable is a 400 now, not a failure per
-    subscriber later), not yet saved."""
-    topic = topic_get(client=client, key=request.topic, counted=False)
-    if topic is None:
-        raise ValidationFailed(
-            f"no topic {request.topic!r}: create it with PUT /api/v1/topics/{request.topic}", extra={"field": "topic"}
-        )
-    category = category_for_client(client=client, key=request.category)
-    channels = request.channels or (request.channel,)
-    for channel in channels:
-        requested_content(request, client=client, recipient=None, category=category, user_id="", channel=channel)
-    now = timezone.now()
-    return Broadcast(
-        id=uuid.uuid4(),
-        client=client,
-        topic=topic,
-        channel=channels[0],
-        channels=list(request.channels),
-        subject=request.subject,
-        message=request.message,
-        template_key=request.template,
-        data=request.data,
-        metadata=request.metadata,
-        category=category,
-        locale=request.locale,
-        priority=request.priority,
-        status=BroadcastStatus.PENDING,
-        idempotency_key=idempotency_key,
-        created_at=now,
-        updated_at=now,
-    )
-
-
-def broadcast_fan_out_enqueue(*, broadcast_id: Any, lease: uuid.UUID | None = None) -> bool:
-    """Hand a broadcast's fan-out to a worker, addressed to its actor by name, with the ``lease``
-    the message must find on the broadcast to go on (None: the fan-out has not started); False
-    when the broker refused (the sweeper enqueues it again once its heartbeat is stale)."""
-    route = BROADCAST_FAN_OUT_ROUTE
-    args = (str(broadcast_id),) if lease is None else (str(broadcast_id), str(lease))
-    message: dramatiq.Message[Any] = dramatiq.Message(
-        queue_name=route.queue_name, actor_name=route.actor_name, args=args, kwargs={}, options={}
-    )
-    try:
-        dramatiq.get_broker().enqueue(message)
-    except Exception:
-        logger.warning("could not enqueue the fan-out of broadcast %s; the sweeper will retry", broadcast_id, exc_info=True)
-        return False
-    return True
 
 
 # --- Fanning out --------------------------------------------------------------------------------
@@ -308,7 +190,7 @@ def _page_build(broadcast: Broadcast, *, after: int) -> _Page:
     page = _Page(after=after, cursor=cursor)
     if cursor is None:
         return page
-    builder = _NotificationBuilder(broadcast, subscribers=subscribers, now=page.now, cap_slots=page.cap_slots)
+    builder = NotificationBuilder(broadcast, subscribers=subscribers, now=page.now, cap_slots=page.cap_slots)
     try:
         page.built = [builder.build(recipient) for recipient in subscribers]
         page.delays = {n.pk: notification_enqueued_state(n, now=page.now) for n in page.built}
@@ -391,158 +273,6 @@ def _after_batch(written: list[Notification], *, delays: dict[Any, float]) -> No
         if notification.status == Status.SUPPRESSED:
             metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
     notifications_publish(pending=[(n, delays[n.pk]) for n in written if n.enqueued_at is not None])
-
-
-class _NotificationBuilder:
-    """Builds a broadcast's notification for one subscriber, as an accept would (its stored
-    address, its consent, the content in its locale by the accept's own notification_content,
-    its recipient's cap) without an accept's per-request reads: the category, the template's
-    variants and the suppression list are read once per batch. The cap slots it takes go in
-    ``cap_slots``, by notification id, for the batch to give back what it does not write."""
-
-    def __init__(
-        self, broadcast: Broadcast, *, subscribers: list[Recipient], now: datetime, cap_slots: dict[Any, CapSlot]
-    ) -> None:
-        self.broadcast = broadcast
-        self.now = now
-        self.cap_slots = cap_slots
-        self.category: Category = broadcast.category
-        self.variants: list[TemplateVariant] | None = None
-        self.template_error = ""
-        self.suppressed: dict[str, str] = {}
-        self.addresses: dict[int, str] = {}
-        if broadcast.channels:
-            return  # routed: each subscriber's notification is built by the single accept's code
-        if broadcast.template_key:
-            try:
-                self.variants = template_variants_read(
-                    client=broadcast.client, key=broadcast.template_key, channel=broadcast.channel
-                )
-            except ValidationFailed as error:  # deleted since the broadcast was accepted
-                self.template_error = f"{error.code}: {error.message}"
-        self.addresses = {recipient.pk: self._address(recipient) for recipient in subscribers}
-        self.suppressed = suppressed_addresses(
-            client_id=broadcast.client_id, channel=broadcast.channel, addresses=[a for a in self.addresses.values() if a]
-        )
-
-    def build(self, recipient: Recipient) -> Notification:
-        broadcast = self.broadcast
-        try:
-            notification = self._build_routed(recipient) if broadcast.channels else self._build_one(recipient)
-        except TemplateRenderFailed:
-            raise  # the broadcast's own content: every subscriber's would fail (broadcast_fan_out_batch)
-        except NotificationError as error:
-            # The broadcast's content was checked when it was accepted; what fails here is one
-            # subscriber's (no variant in its locale's fallback, a template edited since): that
-            # one notification fails, the broadcast goes on.
-            notification = self._notification(recipient, status=Status.FAILED, last_error=f"{error.code}: {error.message}")
-        notification.broadcast_id = broadcast.pk
-        # One member per (broadcast, subscriber): a batch made again after a crash finds its slot
-        # held and neither counts it twice nor throttles it.
-        slot = recipient_cap_take(notification=notification, member=f"{broadcast.pk}:{recipient.user_id}")
-        if slot is not NO_SLOT:
-            self.cap_slots[notification.pk] = slot
-        return notification
-
-    def _build_routed(self, recipient: Recipient) -> Notification:
-        """A fallback route is planned by the single accept's own build (services/routing.py)."""
-        broadcast = self.broadcast
-        request = NotificationRequest(
-            user_id=recipient.user_id,
-            message=broadcast.message,
-            subject=broadcast.subject,
-            template=broadcast.template_key,
-            data=broadcast.data,
-            metadata=broadcast.metadata,
-            category=self.category.key,
-            locale=broadcast.locale,
-            priority=broadcast.priority,
-            channels=tuple(broadcast.channels),
-        )
-        notification = notification_build(client=broadcast.client, request=request, idempotency_key="")
-        notification.category = self.category  # the broadcast's, even if the client shadows its key since
-        notification.updated_at = self.now  # auto_now is save()'s; these rows are inserted in bulk
-        return notification
-
-    def _build_one(self, recipient: Recipient) -> Notification:
-        broadcast, channel = self.broadcast, self.broadcast.channel
-        address = self.addresses[recipient.pk]
-        if not address:
-            return self._notification(recipient, status=Status.SUPPRESSED, suppressed_reason=SuppressedReason.NO_ADDRESS)
-        # The preferences and quiet hours as at accept; then the suppression list, read for the batch.
-        consent = consent_at_accept(category=self.category, recipient=recipient, channel=channel, due_at=self.now)
-        reason = consent.suppressed_reason or self.suppressed.get(address, "")
-        if reason:
-            return self._notification(recipient, address=address, status=Status.SUPPRESSED, suppressed_reason=reason)
-        if self.template_error:
-            return self._notification(recipient, address=address, status=Status.FAILED, last_error=self.template_error)
-        content = notification_content(
-            client=broadcast.client,
-            recipient=recipient,
-            category=self.category,
-            user_id=recipient.user_id,
-            channel=channel,
-            message=broadcast.message,
-            subject=broadcast.subject,
-            template=broadcast.template_key,
-            data=broadcast.data,
-            locale=broadcast.locale,
-            variants=self.variants,
-        )
-        return self._notification(
-            recipient,
-            address=address,
-            status=Status.ACCEPTED,
-            next_attempt_at=consent.hold_until or self.now,
-            **content.notification_fields(),
-        )
-
-    def _address(self, recipient: Recipient) -> str:
-        """The subscriber's stored address on the broadcast's channel, normalised; "" for none or a bad one."""
-        channel = self.broadcast.channel
-        stored = recipient_address(recipient, channel)
-        try:
-            return validate_address(channel, stored, field="to") if stored else ""
-        except ValidationFailed:
-            return ""
-
-    def _notification(self, recipient: Recipient, **fields: Any) -> Notification:
-        broadcast = self.broadcast
-        values: dict[str, Any] = {
-            **self._defaults,
-            "id": uuid.uuid4(),
-            "user_id": recipient.user_id,
-            "next_attempt_at": self.now,
-            **fields,
-        }
-        # Positional: Model.__init__ with keywords walks every field for each one, a third of a
-        # batch's time in Python at 500 rows.
-        notification = Notification(*[values[attname] for attname in _ATTNAMES])  # type: ignore[misc]
-        # Cached, so status events know the client's URL and the cap its category, unread.
-        notification.client = broadcast.client
-        notification.category = self.category
-        return notification
-
-    @functools.cached_property
-    def _defaults(self) -> dict[str, Any]:
-        """What every notification of the batch starts from: the model's defaults, the broadcast's."""
-        broadcast = self.broadcast
-        return {
-            **{field.attname: field.get_default() for field in Notification._meta.concrete_fields},
-            "client_id": broadcast.client_id,
-            "channel": broadcast.channel,
-            "address": "",
-            "subject": broadcast.subject,
-            "message": broadcast.message,
-            "category_id": self.category.pk,
-            "metadata": broadcast.metadata,
-            "priority": broadcast.priority,
-            "created_at": self.now,
-            "updated_at": self.now,
-        }
-
-
-_ATTNAMES = [field.attname for field in Notification._meta.concrete_fields]
 
 
 # --- Cancelling, and resuming what a dead worker left --------------------------------------------

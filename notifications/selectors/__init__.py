@@ -7,22 +7,18 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from django.db import connection, connections, models
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Window
-from django.db.models.functions import Coalesce, RowNumber
+from django.db.models import Count, F, Q, QuerySet, Subquery
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from .errors import NotFound
-from .models import (
-    PENDING_STATUSES,
+from ..errors import NotFound
+from ..models import (
     ApiClient,
-    Broadcast,
     Category,
     DeadLetter,
     Notification,
@@ -32,9 +28,21 @@ from .models import (
     Status,
     Suppression,
     TemplateVariant,
-    Topic,
-    TopicSubscription,
 )
+
+# Re-exported: every read is reached as ``selectors.<name>``, whichever module of this package holds it.
+from .delivery import PendingDelivery as PendingDelivery
+from .delivery import due_in_turns as due_in_turns
+from .delivery import notification_pending_delivery as notification_pending_delivery
+from .delivery import notifications_pending_delivery as notifications_pending_delivery
+from .delivery import suppressed_addresses as suppressed_addresses
+from .fanout import BroadcastCounts as BroadcastCounts
+from .fanout import broadcast_counts as broadcast_counts
+from .fanout import broadcast_get as broadcast_get
+from .fanout import recipient_ids_by_user_id as recipient_ids_by_user_id
+from .fanout import topic_get as topic_get
+from .fanout import topic_subscriber_count as topic_subscriber_count
+from .fanout import topic_subscribers_after as topic_subscribers_after
 
 
 class NotificationFilters(TypedDict, total=False):
@@ -235,112 +243,6 @@ def template_variants_for(*, client: ApiClient, key: str, channel: str) -> list[
     return [] if template.exists() else None
 
 
-@dataclass(frozen=True)
-class PendingDelivery:
-    """A pending notification as the delivery reads it before its claim: when it is due, and what
-    its consent depends on now (its category; its recipient's preferences and quiet hours)."""
-
-    channel: str
-    next_attempt_at: datetime | None
-    category_key: str | None  # None: accepted before categories existed; not checked
-    critical: bool
-    default_enabled: bool
-    preferences: dict[str, Any]
-    quiet_hours: dict[str, str] | None
-    timezone: str
-    # Why its address is on the client's suppression list (a bounce or complaint since accept); "".
-    suppression_reason: str = ""
-    # A fallback notification (a route of channels): a channel withheld now is skipped, not the whole.
-    has_route: bool = False
-    # Whose it is: a client's sends hold only its share of a channel's rate limit (ratelimit.py).
-    client_id: int | None = None
-
-
-def notification_pending_delivery(notification_id: Any) -> PendingDelivery | None:
-    """The notification ``notification_id`` if it is pending, with its consent inputs, in one query."""
-    return notifications_pending_delivery([notification_id]).get(str(notification_id))
-
-
-def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, PendingDelivery]:
-    """Those of ``notification_ids`` still pending, by id, with their consent inputs, in one query.
-
-    Written in SQL: every delivery runs it, and as a queryset with a subquery per recipient field
-    Django spent longer building it than PostgreSQL running it (a third of a single delivery)."""
-    quote = connection.ops.quote_name
-
-    def col(model: type[models.Model], name: str) -> str:
-        field: Any = model._meta.get_field(name)
-        return quote(str(field.column))
-
-    pk_field: Any = Notification._meta.pk
-    ids = [pk_field.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]
-    if not ids:
-        return {}
-    sources = sorted(PENDING_STATUSES)
-    n, c, r, s = (
-        quote(Notification._meta.db_table),
-        quote(Category._meta.db_table),
-        quote(Recipient._meta.db_table),
-        quote(Suppression._meta.db_table),
-    )
-    sql = (
-        f"SELECT n.{col(Notification, 'id')}, n.{col(Notification, 'channel')}, n.{col(Notification, 'next_attempt_at')}, "
-        f"n.{col(Notification, 'route')}, c.{col(Category, 'key')}, c.{col(Category, 'critical')}, "
-        f"c.{col(Category, 'default_enabled')}, r.{col(Recipient, 'preferences')}, r.{col(Recipient, 'quiet_hours')}, "
-        f"r.{col(Recipient, 'timezone')}, n.{col(Notification, 'client')}, "
-        f"(SELECT s.{col(Suppression, 'reason')} FROM {s} s WHERE s.{col(Suppression, 'client')} = n.{col(Notification, 'client')} "
-        f"AND s.{col(Suppression, 'channel')} = n.{col(Notification, 'channel')} "
-        f"AND s.{col(Suppression, 'address')} = n.{col(Notification, 'address')} LIMIT 1) "
-        f"FROM {n} n LEFT JOIN {c} c ON c.{col(Category, 'id')} = n.{col(Notification, 'category')} "
-        f"LEFT JOIN {r} r ON r.{col(Recipient, 'client')} = n.{col(Notification, 'client')} "
-        f"AND r.{col(Recipient, 'user_id')} = n.{col(Notification, 'user_id')} "
-        f"WHERE n.{col(Notification, 'id')} IN ({', '.join(['%s'] * len(ids))}) "
-        f"AND n.{col(Notification, 'status')} IN ({', '.join(['%s'] * len(sources))})"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*ids, *sources])
-        rows = cursor.fetchall()
-    json_value: Any = Recipient._meta.get_field("preferences").from_db_value  # type: ignore[union-attr]
-    pending = {}
-    for (
-        pk,
-        channel,
-        next_attempt_at,
-        route,
-        key,
-        critical,
-        default_enabled,
-        preferences,
-        quiet_hours,
-        zone,
-        client,
-        suppressed,
-    ) in rows:
-        pending[str(pk_field.to_python(pk))] = PendingDelivery(
-            channel=channel,
-            next_attempt_at=_aware(next_attempt_at),
-            category_key=key,
-            critical=bool(critical),
-            default_enabled=bool(default_enabled) if default_enabled is not None else True,
-            preferences=json_value(preferences, None, connection) or {},
-            quiet_hours=json_value(quiet_hours, None, connection),
-            timezone=zone or "",
-            suppression_reason=suppressed or "",
-            has_route=bool(json_value(route, None, connection)),
-            client_id=client,
-        )
-    return pending
-
-
-def _aware(value: Any) -> datetime | None:
-    """A datetime column read by a raw cursor: PostgreSQL's is aware; SQLite's is naive (or a
-    string), in UTC."""
-    if value is None:
-        return None
-    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
-    return timezone.make_aware(parsed, UTC) if parsed is not None and timezone.is_naive(parsed) else parsed
-
-
 def table_row_estimate(model: type[models.Model]) -> int | None:
     """PostgreSQL's own estimate of ``model``'s row count (``pg_class.reltuples``, kept by
     autovacuum and ANALYZE): a catalogue read instead of a COUNT(*) of millions of rows. None on
@@ -351,106 +253,3 @@ def table_row_estimate(model: type[models.Model]) -> int | None:
         cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
         row = cursor.fetchone()
     return int(row[0]) if row and row[0] >= 0 else None
-
-
-# --- Topics and broadcasts ---------------------------------------------------------------------
-
-
-def topic_get(*, client: ApiClient, key: str, counted: bool = True) -> Topic | None:
-    """The client's topic ``key``, with ``subscriber_count`` (a count over its unique index)
-    unless ``counted`` is False: a write only needs the row, and the count reads every
-    subscription, so a topic built a thousand at a time would be counted over and over."""
-    topics = Topic.objects.filter(client=client, key=key)
-    if not counted:
-        return topics.first()
-    subscribers = TopicSubscription.objects.filter(topic_id=OuterRef("pk")).order_by().values("topic_id")
-    count = subscribers.annotate(n=Count("pk")).values("n")
-    return topics.annotate(subscriber_count=Coalesce(Subquery(count), 0)).first()
-
-
-def topic_subscriber_count(*, topic_id: int) -> int:
-    return TopicSubscription.objects.filter(topic_id=topic_id).count()
-
-
-def recipient_ids_by_user_id(*, client: ApiClient, user_ids: list[str]) -> dict[str, int]:
-    """The stored recipients of ``user_ids`` (those the client has), by user id."""
-    rows = Recipient.objects.filter(client=client, user_id__in=user_ids).values_list("user_id", "pk")
-    return dict(rows)
-
-
-def topic_subscribers_after(*, topic_id: int, after: int, limit: int) -> tuple[list[Recipient], int | None]:
-    """The next ``limit`` subscribers of a topic in recipient id order after ``after``: one keyset
-    page over the unique (topic, recipient) index (an index-only range scan, never an OFFSET), then
-    those recipients by primary key. As one join, the planner merged with a scan of the topic's
-    subscriptions from its first one, every page: quadratic over a fan-out. Returns the page's
-    recipients and the cursor after it (None: no subscriber left); a recipient deleted between the
-    two reads is simply not in the page."""
-    page = TopicSubscription.objects.filter(topic_id=topic_id, recipient_id__gt=after).order_by("recipient_id")
-    recipient_ids = list(page.values_list("recipient_id", flat=True)[:limit])
-    if not recipient_ids:
-        return [], None
-    return list(Recipient.objects.filter(pk__in=recipient_ids).order_by("pk")), recipient_ids[-1]
-
-
-def broadcast_get(*, client: ApiClient, broadcast_id: Any) -> Broadcast:
-    """The client's broadcast ``broadcast_id``; NotFound for another client's or a bad id."""
-    try:
-        return Broadcast.objects.select_related("topic", "category").get(pk=uuid.UUID(str(broadcast_id)), client=client)
-    except (Broadcast.DoesNotExist, ValueError):
-        raise NotFound("no such broadcast") from None
-
-
-@dataclass(frozen=True)
-class BroadcastCounts:
-    """A broadcast's notifications by outcome; ``pending`` is everything not final yet."""
-
-    created: int = 0
-    delivered: int = 0
-    suppressed: int = 0
-    failed: int = 0  # failed or dead
-    cancelled: int = 0
-    pending: int = 0
-
-
-def broadcast_counts(*, broadcast_id: Any) -> BroadcastCounts:
-    """How many notifications a broadcast made, by outcome: one GROUP BY status over the
-    (broadcast, status) index."""
-    rows = Notification.objects.filter(broadcast_id=broadcast_id).values("status").annotate(n=Count("pk")).order_by()
-    by_status = {row["status"]: row["n"] for row in rows}
-    created = sum(by_status.values())
-    delivered = by_status.get(Status.DELIVERED, 0)
-    suppressed = by_status.get(Status.SUPPRESSED, 0)
-    failed = by_status.get(Status.FAILED, 0) + by_status.get(Status.DEAD, 0)
-    cancelled = by_status.get(Status.CANCELLED, 0)
-    return BroadcastCounts(
-        created=created,
-        delivered=delivered,
-        suppressed=suppressed,
-        failed=failed,
-        cancelled=cancelled,
-        pending=created - delivered - suppressed - failed - cancelled,
-    )
-
-
-def suppressed_addresses(*, client_id: Any, channel: str, addresses: list[str]) -> dict[str, str]:
-    """The client's suppressed ones of ``addresses`` on ``channel``, with their reasons: one IN
-    probe of the suppression list's unique index for a whole batch of a broadcast."""
-    if not addresses:
-        return {}
-    rows = Suppression.objects.filter(client_id=client_id, channel=channel, address__in=addresses).values_list(
-        "address", "reason"
-    )
-    return {address: str(reason) for address, reason in rows}
-
-
-def due_in_turns(queryset: QuerySet[Any], *, due: Any, limit: int, candidates: int | None = None) -> QuerySet[Any]:
-    """The rows of ``queryset`` a sweep takes, at most ``limit``, oldest ``due`` first and in
-    turns by client: every client's oldest, then every client's second oldest, and so on (one
-    statement: ``row_number() OVER (PARTITION BY client_id ORDER BY due)``), so a client with a
-    backlog takes at most its share while another client has work due. ``candidates``: rank only
-    that many of the oldest due rows (a table whose due set can be millions of rows); None: all."""
-    ordered = queryset.order_by(due, "pk")
-    if candidates is not None:
-        queryset = queryset.filter(pk__in=Subquery(ordered.values("pk")[:candidates]))
-    turn = Window(RowNumber(), partition_by=[F("client_id")], order_by=[due, F("pk").asc()])
-    return queryset.annotate(sweep_turn=turn).order_by("sweep_turn", due, "pk")[:limit]
