@@ -142,7 +142,12 @@ def test_a_bad_value_is_refused_naming_its_variable(variable: str, value: str, s
     assert str(refused.value).startswith(said)
 
 
-def test_empty_text_is_the_default_as_unset_is() -> None:
-    assert BY_VARIABLE["RETENTION_DAYS"].parse("") == 30
-    assert BY_VARIABLE["EVENTS_EXCHANGE"].parse("  ") == "orders"
+def test_unset_is_the_default_and_empty_text_is_empty_never_a_number_or_a_truth() -> None:
+    assert BY_VARIABLE["RETENTION_DAYS"].parse(None) == 30 and BY_VARIABLE["DEBUG"].parse(None) is True
+    # An empty rate-limit list is no limit at all; an empty list of hosts is none.
+    assert BY_VARIABLE["NOTIFICATIONS_RATE_LIMITS"].parse("") == ""
+    assert BY_VARIABLE["WEBHOOK_ALLOW_HOSTS"].parse("") == ()
     assert BY_VARIABLE["WEBHOOK_ALLOW_HOSTS"].parse("a.example, ,b.example") == ("a.example", "b.example")
+    for variable in ("DEBUG", "RETENTION_DAYS", "RETRY_BASE_SECONDS"):
+        with pytest.raises(ImproperlyConfigured, match=f"^{variable}: '' is not"):
+            BY_VARIABLE[variable].parse("")

@@ -52,24 +52,24 @@ class Option:
             object.__setattr__(self, "env", self.name)
 
     def parse(self, value: Any) -> Any:
-        """The typed value of ``value`` (text from the environment, or a typed override); None or
-        empty text is the default. Raises ImproperlyConfigured naming the variable."""
-        if value is None or (isinstance(value, str) and not value.strip() and self.kind is not str):
+        """The typed value of ``value`` (text from the environment, or a typed override); None (unset)
+        is the default. Empty text is an empty string or list, and no number or true/false: an
+        empty ``DEBUG=`` must not quietly mean either. Raises ImproperlyConfigured naming the variable."""
+        if value is None:
             return self.default
         if self.kind is bool:
-            typed: Any = self._bool(value)
-        elif self.kind in (int, float):
-            typed = self._number(value)
-        elif self.kind is tuple:
+            return self._bool(value)
+        if self.kind in (int, float):
+            return self._number(value)
+        if self.kind is tuple:
             items: Iterable[Any] = value.split(",") if isinstance(value, str) else value
-            typed = tuple(text for text in (str(item).strip() for item in items) if text)
-        else:
-            typed = str(value).strip()
-            if not typed:
-                return self.default
-            if self.pattern and not re.fullmatch(self.pattern, typed):
+            return tuple(text for text in (str(item).strip() for item in items) if text)
+        text = str(value)
+        if self.pattern:
+            text = text.strip()
+            if not re.fullmatch(self.pattern, text):
                 raise ImproperlyConfigured(f"{self.env}: {value!r} is not of the form {self.form}")
-        return typed
+        return text
 
     def _bool(self, value: Any) -> bool:
         if isinstance(value, bool):
