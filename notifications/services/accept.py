@@ -179,7 +179,7 @@ def idempotency_answer(record: IdempotencyKey, *, fingerprint: str) -> AcceptRes
             "this Idempotency-Key was already used with a different request body",
             extra={"idempotency_key": key},
         )
-    if record.state != IdempotencyKeyState.COMPLETED:  # a key left by a version that claimed first
+    if record.state != IdempotencyKeyState.COMPLETED:  # claimed without an answer: nothing to replay yet
         raise IdempotencyInFlight(
             "a request with this Idempotency-Key is still being processed; retry shortly",
             extra={"idempotency_key": key},

@@ -49,7 +49,7 @@ TWILIO_STATUSES: dict[str, str] = {
     "undelivered": ProviderStatus.UNDELIVERED,
     "failed": ProviderStatus.UNDELIVERED,
 }
-# The provider statuses a client's status webhook hears of (README, "Status webhooks").
+# The provider statuses a client's status webhook hears of (docs/api.md, "Status webhooks").
 STATUS_EVENT_TYPES: dict[str, str] = {
     ProviderStatus.BOUNCED: StatusEventType.BOUNCED,
     ProviderStatus.COMPLAINED: StatusEventType.COMPLAINED,
