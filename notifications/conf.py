@@ -87,6 +87,12 @@ DEFAULTS: dict[str, Any] = {
     # base_seconds:cap_seconds:max_attempts of a status event's posts to its client's
     # status_webhook_url: about an hour and a half of tries before it is dead.
     "STATUS_WEBHOOK_RETRY_POLICY": "10:1800:8",
+    # After a webhook secret is rotated, the previous one signs too (a second webhook-signature)
+    # this long, so a receiver can switch to the new one without refusing a post meanwhile.
+    "WEBHOOK_SECRET_GRACE_SECONDS": 24 * 3600,
+    # Deprecated: the pre-Standard-Webhooks X-Timestamp/X-Signature headers, still sent beside the
+    # standard ones for one release; False stops them.
+    "WEBHOOK_LEGACY_SIGNATURE_HEADERS": True,
     "PROVIDERS": {},
     "TWILIO_API_BASE": "https://api.twilio.com",
     "TWILIO_ACCOUNT_SID": "",
@@ -175,6 +181,8 @@ class NotificationsConfig:
     address_lookup_timeout_seconds: float
     webhook_concurrency_per_client: int
     status_webhook_retry_policy: RetryPolicy
+    webhook_secret_grace_seconds: float
+    webhook_legacy_signature_headers: bool
     providers: dict[str, str]
     provider_timeout_seconds: float
     events_api_client: str
@@ -285,6 +293,8 @@ def get_config() -> NotificationsConfig:
         address_lookup_timeout_seconds=_at_least(raw, "ADDRESS_LOOKUP_TIMEOUT_SECONDS", 0.01, float),
         webhook_concurrency_per_client=_at_least(raw, "WEBHOOK_CONCURRENCY_PER_CLIENT", 1, int),
         status_webhook_retry_policy=_retry_policy(raw, "STATUS_WEBHOOK_RETRY_POLICY"),
+        webhook_secret_grace_seconds=_at_least(raw, "WEBHOOK_SECRET_GRACE_SECONDS", 0, float),
+        webhook_legacy_signature_headers=bool(raw["WEBHOOK_LEGACY_SIGNATURE_HEADERS"]),
         providers={name: (raw["PROVIDERS"] or {}).get(name) or spec.default_provider for name, spec in CHANNELS.items()},
         provider_timeout_seconds=_at_least(raw, "PROVIDER_TIMEOUT_SECONDS", 0.1, float),
         events_api_client=str(raw["EVENTS_API_CLIENT"]),

@@ -345,6 +345,8 @@ NOTIFICATIONS = {
     "ADDRESS_LOOKUP_TIMEOUT_SECONDS": env.float("ADDRESS_LOOKUP_TIMEOUT_SECONDS", default=None),
     "WEBHOOK_CONCURRENCY_PER_CLIENT": env.int("WEBHOOK_CONCURRENCY_PER_CLIENT", default=None),
     "STATUS_WEBHOOK_RETRY_POLICY": env.str("STATUS_WEBHOOK_RETRY_POLICY", default=None),
+    "WEBHOOK_SECRET_GRACE_SECONDS": env.float("WEBHOOK_SECRET_GRACE_SECONDS", default=None),
+    "WEBHOOK_LEGACY_SIGNATURE_HEADERS": env.bool("WEBHOOK_LEGACY_SIGNATURE_HEADERS", default=None),
     # A dotted provider class per channel; unset: the channel registry's default.
     "PROVIDERS": {
         "email": env.str("EMAIL_PROVIDER", default=None),

@@ -9,6 +9,7 @@ from .clients import (
     ApiClient,
     Recipient,
     hash_token,
+    webhook_secret_generate,
 )
 from .content import (
     DEFAULT_CATEGORY,
@@ -85,5 +86,6 @@ __all__ = [
     "Topic",
     "TopicSubscription",
     "hash_token",
+    "webhook_secret_generate",
     "sources_of",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 
@@ -9,9 +10,17 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone as django_timezone
 
+# A Standard Webhooks signing secret: "whsec_" and the base64 of 24 to 64 random bytes (its key).
+WEBHOOK_SECRET_PREFIX = "whsec_"
+WEBHOOK_SECRET_BYTES = 32
+
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def webhook_secret_generate() -> str:
+    return WEBHOOK_SECRET_PREFIX + base64.b64encode(secrets.token_bytes(WEBHOOK_SECRET_BYTES)).decode()
 
 
 class ApiClient(models.Model):
@@ -23,7 +32,16 @@ class ApiClient(models.Model):
         max_length=12, editable=False, help_text="First characters of the token, to tell tokens apart."
     )
     is_active = models.BooleanField(default=True)
-    webhook_secret = models.CharField(max_length=64, default="", blank=True, help_text="Signs webhook deliveries (HMAC-SHA256).")
+    # Kept as given, not hashed nor encrypted: an HMAC key must be read back to sign with, and a
+    # key derived from SECRET_KEY to encrypt it would sit beside it on every server (see
+    # docs/integrations.md).
+    webhook_secret = models.CharField(
+        max_length=100, default="", blank=True, help_text="Signs webhook deliveries and status events (Standard Webhooks)."
+    )
+    # The secret before the last rotation: it signs too (a second signature) until
+    # WEBHOOK_SECRET_GRACE_SECONDS after ``webhook_secret_rotated_at``.
+    webhook_secret_previous = models.CharField(max_length=100, default="", blank=True, editable=False)
+    webhook_secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Where the client's status events go (services/status_events.py); empty: none are made.
     status_webhook_url = models.CharField(max_length=2000, blank=True, default="")
     # Per-client limits (services/limits.py); empty: the setting of the same name in capitals.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -18,6 +17,7 @@ from ..locales import locale_normalize
 from ..models import (
     ApiClient,
     Recipient,
+    webhook_secret_generate,
 )
 from ..token_cache import api_client_changed
 from .quiet_hours import quiet_hours_check, time_zone_check
@@ -32,7 +32,7 @@ def api_client_create(*, name: str) -> tuple[ApiClient, str]:
         raise ValidationFailed("an API client needs a name", extra={"field": "name"})
     if ApiClient.objects.filter(name=name).exists():
         raise ValidationFailed(f"an API client named {name!r} already exists", extra={"field": "name"})
-    client = ApiClient(name=name, webhook_secret=uuid.uuid4().hex + uuid.uuid4().hex)
+    client = ApiClient(name=name, webhook_secret=webhook_secret_generate())
     token = client.set_new_token()
     client.save()
     api_client_changed()  # its token is known to every process's active hashes at once
@@ -58,7 +58,7 @@ def api_client_get_or_create(*, name: str) -> ApiClient:
     client = ApiClient.objects.filter(name=name).first()
     if client is not None:
         return client
-    candidate = ApiClient(name=name, webhook_secret=uuid.uuid4().hex + uuid.uuid4().hex)
+    candidate = ApiClient(name=name, webhook_secret=webhook_secret_generate())
     candidate.set_new_token()
     try:
         with transaction.atomic():

@@ -225,7 +225,9 @@ def _notifications_claim(ids: list[str]) -> list[tuple[Notification, DeliveryAtt
     """Atomically take the notifications for this worker; those another worker got are left out."""
     now = timezone.now()
     with transaction.atomic():
-        notifications = Notification.claim_for_delivery(ids, now=now)
+        notifications = Notification.claim_for_delivery(
+            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds
+        )
         if not notifications:
             return []
         # Sent in the order they were enqueued in (RETURNING has none of its own).
@@ -250,6 +252,7 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         idempotency_key=str(notification.pk),
         client_name=notification.client_name,
         webhook_secret=notification.client_webhook_secret,
+        webhook_previous_secret=notification.client_webhook_previous_secret or "",
         html_body=notification.html_message,
         headers=notification.headers,
     )
