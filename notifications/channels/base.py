@@ -37,6 +37,10 @@ class SendResult:
     provider_message_id: str = ""
     # A short, human-readable summary of the provider's answer, stored on the DeliveryAttempt.
     response_summary: str = ""
+    # A provider status already known when the send returns (a ProviderStatus: the test mode's
+    # capture sink reports its reserved bounce and complaint addresses so), recorded once the
+    # delivery is, as a provider's callback would be.
+    provider_status: str = ""
 
 
 class Provider(Protocol):

@@ -5,7 +5,10 @@ letters, processed events). Everything is importable from ``notifications.models
 from __future__ import annotations
 
 from .broadcasts import Broadcast, BroadcastStatus, Topic, TopicSubscription
+from .captured import CapturedMessage
 from .clients import (
+    LIVE_TOKEN_PREFIX,
+    TEST_TOKEN_PREFIX,
     ApiClient,
     Recipient,
     hash_token,
@@ -51,6 +54,7 @@ __all__ = [
     "AttemptOutcome",
     "Broadcast",
     "BroadcastStatus",
+    "CapturedMessage",
     "Category",
     "Channel",
     "ClientOrPlatformKeyed",
@@ -63,6 +67,7 @@ __all__ = [
     "DigestStatus",
     "FINISHED_STATUSES",
     "IdempotencyKey",
+    "LIVE_TOKEN_PREFIX",
     "IdempotencyKeyState",
     "Notification",
     "NotificationTemplate",
@@ -80,6 +85,7 @@ __all__ = [
     "SuppressedReason",
     "Suppression",
     "SuppressionReason",
+    "TEST_TOKEN_PREFIX",
     "TRANSITIONS",
     "UNCLOSED_DIGEST_STATUSES",
     "TemplateVariant",

@@ -163,6 +163,7 @@ class Notification(models.Model):
     client_webhook_secret: str
     client_webhook_previous_secret: str  # "" unless within its grace period
     client_status_webhook_url: str  # services/status_events.py: no statement when blank
+    client_is_test: bool  # test mode: the send goes to the capture sink (services/capture.py)
     last_attempt_number: int
 
     class Meta:
@@ -279,6 +280,7 @@ class Notification(models.Model):
             f"(SELECT CASE WHEN c.webhook_secret_rotated_at > %s THEN c.webhook_secret_previous ELSE '' END "
             f"FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_previous_secret, "
             f"(SELECT c.status_webhook_url FROM {clients} c WHERE c.id = {table}.client_id) AS client_status_webhook_url, "
+            f"(SELECT c.is_test FROM {clients} c WHERE c.id = {table}.client_id) AS client_is_test, "
             f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempts} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
         )
         stamp = connection.ops.adapt_datetimefield_value(now)
