@@ -68,6 +68,14 @@ def test_live_and_test_tokens_say_their_mode_and_the_test_side_belongs_to_the_li
     assert live_api.get("/api/v1/client").status_code == test_api.get("/api/v1/client").status_code == 200
 
 
+def test_the_request_log_names_a_test_tokens_client_as_its_test_mode(sides: Any, caplog: pytest.LogCaptureFixture) -> None:
+    _, live_api, _, test_api = sides
+    with caplog.at_level("INFO", logger="notifications.request"):
+        live_api.get("/api/v1/client")
+        test_api.get("/api/v1/client")
+    assert [getattr(r, "client", None) for r in caplog.records if r.name == "notifications.request"] == ["acme", "acme (test)"]
+
+
 def test_a_second_test_token_ends_the_first_and_revoking_the_client_ends_both(sides: Any) -> None:
     live, _, test, test_api = sides
     _, second = services.api_client_test_token_issue(name="acme")
