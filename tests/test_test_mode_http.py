@@ -6,6 +6,7 @@ live token never sees a test row, nor a test token a live one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from .fakes import (  # noqa: F401  (fixtures)
     smtp_server_fixture,
 )
 from .helpers import PlatformProcess, platform_env, wait_until
+from .live_servers import embedded_env, embedded_platform, manage
 
 STATUS_PATH = "/status-events"
 FINAL = {Status.DELIVERED, Status.FAILED, Status.DEAD}
@@ -169,3 +171,19 @@ def test_a_test_token_runs_the_whole_pipeline_over_http_and_sends_nothing(
 
     assert test("DELETE", "/test/messages").status_code == 204
     assert test("GET", "/test/messages").json()["results"] == []
+
+
+def test_a_test_token_on_the_embedded_default_captures_instead_of_writing_the_email(tmp_path: Path) -> None:
+    """`make run`'s SQLite, in-process broker and workers: the test token from
+    `create_api_client NAME --test` is captured, and no email file is written."""
+    with embedded_platform(tmp_path) as (server, _):
+        printed = manage(embedded_env(tmp_path), "create_api_client", "embedded", "--test")
+        token = printed.strip().splitlines()[-1]
+        assert token.startswith("ntf_test_")
+        test = Api(server.base_url, token)
+        notification_id = test.send(to="ann@example.com", subject="Hi", message="Hello Ann")
+        wait_until(lambda: test("GET", f"/notifications/{notification_id}").json()["status"] == Status.DELIVERED, timeout=30)
+        [captured] = test("GET", "/test/messages").json()["results"]
+        assert (captured["notification_id"], captured["subject"], captured["body"]) == (notification_id, "Hi", "Hello Ann")
+    mail = tmp_path / "mail"
+    assert not mail.exists() or not any(mail.iterdir())
