@@ -307,6 +307,16 @@ def test_during_a_rotation_both_secrets_sign_until_the_grace_period_ends(receive
     assert verifies(new, after) and not verifies(old, after)
 
 
+def test_a_webhook_notification_during_a_rotation_is_signed_with_both_secrets_too(receiver: FakeProviderServer, db: None) -> None:
+    client, old = subscribed_client(receiver)
+    new = api_for_client(client).post("/api/v1/client/webhook-secret").json()["webhook_secret"]
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    assert services.notification_deliver(notification_id=notification.pk).outcome == "delivered"
+    [post] = receiver.requests
+    assert post.headers["webhook-id"] == str(notification.pk)
+    assert len(post.headers["webhook-signature"].split(" ")) == 2 and verifies(new, post) and verifies(old, post)
+
+
 def test_the_deprecated_x_signature_headers_are_sent_until_the_setting_turns_them_off(
     receiver: FakeProviderServer, db: None
 ) -> None:
