@@ -88,6 +88,8 @@ class NotificationsConfig:
     address_lookup_timeout_seconds: float
     webhook_concurrency_per_client: int
     status_webhook_retry_policy: RetryPolicy
+    webhook_secret_grace_seconds: float
+    webhook_legacy_signature_headers: bool
     providers: dict[str, str]
     provider_timeout_seconds: float
     events_api_client: str

@@ -43,25 +43,25 @@ END_TO_END_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3
 
 notifications_sent = Counter(
     "notifications_sent",
-    "Provider sends by outcome: delivered, transient (will retry), permanent, dead.",
-    ["channel", "status"],
+    "Provider sends by outcome: delivered, transient (will retry), permanent, dead; mode test: a test token's, captured.",
+    ["channel", "status", "mode"],
 )
 notification_delivery_seconds = Histogram(
     "notification_delivery_seconds",
     "Time spent in the provider call of one delivery attempt.",
-    ["channel"],
+    ["channel", "mode"],
     buckets=DELIVERY_BUCKETS,
 )
 notification_end_to_end_seconds = Histogram(
     "notification_end_to_end_seconds",
     "Time from accept to delivered.",
-    ["channel"],
+    ["channel", "mode"],
     buckets=END_TO_END_BUCKETS,
 )
 notification_retries = Counter(
     "notification_retries",
     "Retries scheduled, by the reason of the failure (error code).",
-    ["channel", "reason"],
+    ["channel", "reason", "mode"],
 )
 notification_rate_limited = Counter(
     "notification_rate_limited",
@@ -76,7 +76,7 @@ notifications_accept_group_size = Histogram(
 notifications_suppressed = Counter(
     "notifications_suppressed",
     "Notifications not sent because the recipient's preferences forbid them: preference, unsubscribed, default_off.",
-    ["channel", "reason"],
+    ["channel", "reason", "mode"],
 )
 notifications_processed = Counter(
     "notifications_processed",
@@ -119,6 +119,21 @@ provider_circuit_open = Gauge(
 
 # --- Recording, called by services and the event consumer -------------------------------------
 
+# The ``mode`` label: a test token's notifications (captured, never sent) apart from live ones,
+# so dashboards and alerts can leave them out.
+MODE_LIVE, MODE_TEST = "live", "test"
+
+
+def mode_of(notification: Any) -> str:
+    """A notification's mode from what is at hand, never a query: the delivery claim's
+    ``client_is_test``, else its client object when loaded (accept)."""
+    is_test = getattr(notification, "client_is_test", None)
+    if is_test is None:
+        client = notification._state.fields_cache.get("client")
+        is_test = getattr(client, "is_test", False)
+    return MODE_TEST if is_test else MODE_LIVE
+
+
 # A DeliveryAttempt outcome -> the ``status`` label of notifications_sent.
 _SENT_STATUS = {
     "delivered": "delivered",
@@ -128,14 +143,14 @@ _SENT_STATUS = {
 }
 
 
-def record_attempt(*, channel: str, outcome: str, seconds: float | None, account: str = "") -> None:
+def record_attempt(*, channel: str, outcome: str, seconds: float | None, account: str = "", mode: str = MODE_LIVE) -> None:
     """One finished delivery attempt; ``seconds`` is the provider call time when there was one;
     ``account``: the provider account it went through, when the provider has accounts."""
-    notifications_sent.labels(channel=channel, status=_SENT_STATUS.get(outcome, outcome)).inc()
+    notifications_sent.labels(channel=channel, status=_SENT_STATUS.get(outcome, outcome), mode=mode).inc()
     if account:
         provider_attempts.labels(channel=channel, account=account, outcome=outcome).inc()
     if seconds is not None:
-        notification_delivery_seconds.labels(channel=channel).observe(seconds)
+        notification_delivery_seconds.labels(channel=channel, mode=mode).observe(seconds)
 
 
 def record_provider_attempt(*, channel: str, account: str, outcome: str) -> None:
@@ -151,16 +166,17 @@ def record_circuit(*, channel: str, account: str, open: bool) -> None:
     provider_circuit_open.labels(channel=channel, account=account).set(1 if open else 0)
 
 
-def record_delivered(*, channel: str, accepted_at: datetime) -> None:
-    notification_end_to_end_seconds.labels(channel=channel).observe(max(0.0, (timezone.now() - accepted_at).total_seconds()))
+def record_delivered(*, channel: str, accepted_at: datetime, mode: str = MODE_LIVE) -> None:
+    seconds = max(0.0, (timezone.now() - accepted_at).total_seconds())
+    notification_end_to_end_seconds.labels(channel=channel, mode=mode).observe(seconds)
 
 
-def record_dead(*, channel: str) -> None:
-    notifications_sent.labels(channel=channel, status="dead").inc()
+def record_dead(*, channel: str, mode: str = MODE_LIVE) -> None:
+    notifications_sent.labels(channel=channel, status="dead", mode=mode).inc()
 
 
-def record_retry(*, channel: str, reason: str) -> None:
-    notification_retries.labels(channel=channel, reason=reason).inc()
+def record_retry(*, channel: str, reason: str, mode: str = MODE_LIVE) -> None:
+    notification_retries.labels(channel=channel, reason=reason, mode=mode).inc()
 
 
 def record_rate_limited(*, channel: str) -> None:
@@ -171,8 +187,8 @@ def record_accept_group(size: int) -> None:
     notifications_accept_group_size.observe(size)
 
 
-def record_suppressed(*, channel: str, reason: str) -> None:
-    notifications_suppressed.labels(channel=channel, reason=reason).inc()
+def record_suppressed(*, channel: str, reason: str, mode: str = MODE_LIVE) -> None:
+    notifications_suppressed.labels(channel=channel, reason=reason, mode=mode).inc()
 
 
 def record_dead_letter_ingest_error() -> None:

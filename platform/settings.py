@@ -314,6 +314,10 @@ SPECTACULAR_SETTINGS = {
         {"name": "suppressions", "description": "Addresses not sent to after a hard bounce, a complaint or a STOP."},
         {"name": "client", "description": "Your API client: its status webhook and the secret that signs it."},
         {
+            "name": "test",
+            "description": "Test mode (a test token, ntf_test_...): the messages its notifications would have sent, captured.",
+        },
+        {
             "name": "providers",
             "description": "Delivery status from the providers (Twilio, Mailgun), signed by them; not for API clients.",
         },

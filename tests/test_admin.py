@@ -44,6 +44,7 @@ from .helpers import wait_until
 User = get_user_model()
 SUPPORT_MIGRATION = importlib.import_module("notifications.migrations.0003_support_group")
 FEEDBACK_MIGRATION = importlib.import_module("notifications.migrations.0008_provider_feedback")  # suppressions
+TEST_MODE_MIGRATION = importlib.import_module("notifications.migrations.0018_webhooks_testmode")  # captured messages
 DLQ_URL = "/admin/notifications/deadletter/"
 NOTIFICATIONS_URL = "/admin/notifications/notification/"
 
@@ -160,6 +161,8 @@ def test_the_migration_gives_the_support_group_view_and_retry_permissions_only()
         # Migration 0008: the suppression list, whose entries support staff may remove.
         "view_suppression",
         "delete_suppression",
+        # Migration 0018: test mode's captured messages.
+        "view_capturedmessage",
     }
 
 
@@ -871,7 +874,11 @@ def test_support_posts_to_change_and_delete_pages_are_refused_and_change_nothing
     assert (dead_letter.last_error, dead_letter.resolution) == ("550 5.1.1 no such user", Resolution.UNRESOLVED)
     assert User.objects.filter(pk=other.pk).exists() and not User.objects.filter(username="eve").exists()
     assert not support_user.is_superuser
-    granted = [*SUPPORT_MIGRATION.SUPPORT_PERMISSIONS, *FEEDBACK_MIGRATION.SUPPORT_PERMISSIONS]
+    granted = [
+        *SUPPORT_MIGRATION.SUPPORT_PERMISSIONS,
+        *FEEDBACK_MIGRATION.SUPPORT_PERMISSIONS,
+        *TEST_MODE_MIGRATION.SUPPORT_PERMISSIONS,
+    ]
     assert set(group.permissions.values_list("codename", flat=True)) == {c for _, c in granted}
     assert not Group.objects.filter(name="admins").exists()
     assert sorted(ApiClient.objects.values_list("name", flat=True)) == ["shop"]

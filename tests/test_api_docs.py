@@ -37,6 +37,7 @@ TAGS = {
     "broadcasts",
     "suppressions",
     "client",
+    "test",
     "providers",
     "health",
 }

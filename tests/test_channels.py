@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
+from standardwebhooks import Webhook
 
 from notifications import services
 from notifications.channels import OutgoingMessage, SendResult
@@ -137,6 +138,9 @@ def test_webhook_is_json_signed_over_timestamp_and_body_with_the_idempotency_key
     assert before <= int(timestamp) <= int(time.time())
     expected = hmac.new(SECRET.encode(), timestamp.encode() + b"." + request.body, hashlib.sha256).hexdigest()
     assert request.headers["x-signature"] == f"sha256={expected}"
+    # The Standard Webhooks signature too; a secret older than the whsec_ form is its own key.
+    assert request.headers["webhook-id"] == message.notification_id and request.headers["webhook-timestamp"] == timestamp
+    assert Webhook(SECRET.encode()).verify(request.body, request.headers)["id"] == message.notification_id
     assert request.json == {
         "id": message.notification_id,
         "channel": "webhook",

@@ -37,7 +37,9 @@ def accepted(response: Any) -> Notification:
 
 
 def suppressed_count(channel: str, reason: str) -> float:
-    return REGISTRY.get_sample_value("notifications_suppressed_total", {"channel": channel, "reason": reason}) or 0.0
+    return (
+        REGISTRY.get_sample_value("notifications_suppressed_total", {"channel": channel, "reason": reason, "mode": "live"}) or 0.0
+    )
 
 
 @pytest.fixture

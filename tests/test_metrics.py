@@ -91,14 +91,14 @@ def test_a_delivery_a_permanent_and_a_transient_failure_are_counted_with_their_l
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert delta("notifications_sent_total", channel="email", status="delivered") == 2
-    assert delta("notifications_sent_total", channel="email", status="permanent") == 1
-    assert delta("notifications_sent_total", channel="email", status="transient") == 1
-    assert delta("notification_retries_total", channel="email", reason="transient") == 1
-    assert delta("notification_delivery_seconds_count", channel="email") == 4
-    assert delta("notification_delivery_seconds_bucket", channel="email", le="+Inf") == 4
-    assert delta("notification_end_to_end_seconds_count", channel="email") == 2
-    assert delta("notification_end_to_end_seconds_sum", channel="email") > 0
+    assert delta("notifications_sent_total", channel="email", status="delivered", mode="live") == 2
+    assert delta("notifications_sent_total", channel="email", status="permanent", mode="live") == 1
+    assert delta("notifications_sent_total", channel="email", status="transient", mode="live") == 1
+    assert delta("notification_retries_total", channel="email", reason="transient", mode="live") == 1
+    assert delta("notification_delivery_seconds_count", channel="email", mode="live") == 4
+    assert delta("notification_delivery_seconds_bucket", channel="email", le="+Inf", mode="live") == 4
+    assert delta("notification_end_to_end_seconds_count", channel="email", mode="live") == 2
+    assert delta("notification_end_to_end_seconds_sum", channel="email", mode="live") > 0
     # The permanent failure is a dead letter, counted from the database when scraped.
     assert value(after, "dlq_size") == 1
 
@@ -119,8 +119,8 @@ def test_retries_running_out_count_the_notification_as_dead(client_and_token: tu
         after = scrape()
     assert outcome.outcome == "dead"
     assert (
-        value(after, "notifications_sent_total", channel="email", status="dead")
-        - value(before, "notifications_sent_total", channel="email", status="dead")
+        value(after, "notifications_sent_total", channel="email", status="dead", mode="live")
+        - value(before, "notifications_sent_total", channel="email", status="dead", mode="live")
         == 1
     )
     assert value(after, "dlq_size") == 1
@@ -242,11 +242,15 @@ def test_metrics_of_every_worker_process_are_served_on_the_worker_port(
             except OSError:
                 return None
             samples = parse(body)
-            return samples if value(samples, "notifications_sent_total", channel="email", status="delivered") == 4 else None
+            return (
+                samples
+                if value(samples, "notifications_sent_total", channel="email", status="delivered", mode="live") == 4
+                else None
+            )
 
         samples = wait_until(worker_samples, timeout=20, message=f"worker metrics on :{port}; log:\n{worker.output()[-3000:]}")
-        assert value(samples, "notification_delivery_seconds_count", channel="email") == 4
-        assert value(samples, "notification_end_to_end_seconds_count", channel="email") == 4
+        assert value(samples, "notification_delivery_seconds_count", channel="email", mode="live") == 4
+        assert value(samples, "notification_end_to_end_seconds_count", channel="email", mode="live") == 4
         assert len(smtp.received) == 4
     finally:
         worker.kill()

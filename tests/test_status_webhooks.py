@@ -4,12 +4,15 @@ Dramatiq's StubBroker with an in-process worker; one runs through the real Rabbi
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dramatiq
@@ -22,11 +25,21 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from dramatiq.brokers.stub import StubBroker
 from rest_framework.test import APIClient
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from notifications import actors, services
 from notifications.conf import BULK_QUEUE, HIGH_QUEUE, STATUS_EVENT_QUEUE
 from notifications.errors import PermanentChannelError
-from notifications.models import ApiClient, DeadLetter, Notification, Status, StatusEvent, StatusEventState
+from notifications.models import (
+    ApiClient,
+    DeadLetter,
+    Notification,
+    Status,
+    StatusEvent,
+    StatusEventState,
+    webhook_secret_generate,
+)
 from notifications.services import status_events
 
 from .factories import accept_notification, make_api_client, make_recipient
@@ -38,19 +51,31 @@ from .stub_broker import stub_broker_with, stub_worker_on
 ACTORS = (actors.deliver_notification, actors.deliver_bulk_notification, actors.deliver_status_event)
 STATUS_PATH = "/status-events"
 HOOK_PATH = "/hook"
-EVENT_KEYS = {"event_id", "type", "notification_id", "status", "channel", "occurred_at"}
+EVENT_KEYS = {"type", "timestamp", "data"}
+DATA_KEYS = {"event_id", "notification_id", "status", "channel"}
+README_SECTION = "## Test mode and verifying webhooks"
 
 
-def documented_verify() -> Callable[..., bool]:
-    """docs/api.md's five lines that verify a signature, run as they are written there."""
-    section = (ROOT / "docs" / "api.md").read_text().split("## Status webhooks", 1)[1]
+def readme_verify() -> Callable[..., Any]:
+    """The README's five lines that verify a status webhook with ``standardwebhooks``, run as they
+    are written there: verify(secret, headers, body) -> the event, or WebhookVerificationError."""
+    section = (ROOT / "README.md").read_text().split(README_SECTION, 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None, "docs/api.md's Status webhooks section has no python block"
+    assert code is not None, f"the README's {README_SECTION!r} section has no python block"
     lines = [line for line in code.group(1).splitlines() if line.strip()]
     assert len(lines) <= 5, lines
     namespace: dict[str, Any] = {}
     exec(code.group(1), namespace)
     return namespace["verify"]  # type: ignore[no-any-return]
+
+
+def verifies(secret: str, request: RecordedRequest) -> bool:
+    """Whether the README's verify (the standardwebhooks package) accepts the post with ``secret``."""
+    try:
+        readme_verify()(secret, request.headers, request.body)
+    except WebhookVerificationError:
+        return False
+    return True
 
 
 def status_posts(receiver: FakeProviderServer) -> list[RecordedRequest]:
@@ -86,6 +111,11 @@ def api_for(token: str) -> APIClient:
     return api
 
 
+def api_for_client(client: ApiClient) -> APIClient:
+    """An API client authenticated as ``client`` (its token is given a new value)."""
+    return api_for(services.api_client_rotate_token(client=client))
+
+
 def subscribed_client(receiver: FakeProviderServer) -> tuple[ApiClient, str]:
     """A client whose status events go to the receiver, and its rotated webhook secret, both set
     through the API as a client would."""
@@ -99,14 +129,16 @@ def subscribed_client(receiver: FakeProviderServer) -> tuple[ApiClient, str]:
 
 
 def assert_signed_event(request: RecordedRequest, secret: str, **expected: str) -> dict[str, Any]:
-    verify = documented_verify()
-    assert verify(secret, request.headers["x-timestamp"], request.headers["x-signature"], request.body)
-    assert not verify("another-secret", request.headers["x-timestamp"], request.headers["x-signature"], request.body)
+    """The post verifies with ``secret`` (by standardwebhooks, as the README says), not with another;
+    its body is {type, timestamp, data}; returns its ``type``, ``timestamp`` and data in one dict."""
+    assert verifies(secret, request) and Webhook(secret).verify(request.body, request.headers) == request.json
+    assert not verifies(webhook_secret_generate(), request)
     payload = request.json
-    assert set(payload) == EVENT_KEYS
-    assert {key: payload[key] for key in expected} == expected
-    assert request.headers["idempotency-key"] == payload["event_id"]
-    return dict(payload)
+    assert set(payload) == EVENT_KEYS and set(payload["data"]) == DATA_KEYS
+    flat = {"type": payload["type"], "timestamp": payload["timestamp"], **payload["data"]}
+    assert {key: flat[key] for key in expected} == expected
+    assert request.headers["webhook-id"] == request.headers["idempotency-key"] == flat["event_id"]
+    return flat
 
 
 # --- GET/PATCH /client and the secret -------------------------------------------------------------
@@ -223,6 +255,84 @@ def test_rotating_the_webhook_secret_returns_it_once_and_it_signs_from_then_on(a
     assert secret not in api.get("/api/v1/client").content.decode()
     second = api.post("/api/v1/client/webhook-secret").json()["webhook_secret"]
     assert second != secret and ApiClient.objects.get(pk=client.pk).webhook_secret == second
+
+
+# --- Standard Webhooks signatures -----------------------------------------------------------------
+
+# The example of the Standard Webhooks libraries' own tests (standard-webhooks/standard-webhooks,
+# libraries/*: TestWebhookSign), which every implementation must reproduce.
+SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+SPEC_MSG_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+SPEC_TIMESTAMP = "1614265330"
+SPEC_PAYLOAD = '{"test": 2432232314}'
+SPEC_SIGNATURE = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+def test_the_signature_of_the_spec_example_is_the_one_the_spec_publishes() -> None:
+    from notifications.channels.webhook import standard_webhook_signature
+
+    assert standard_webhook_signature(SPEC_SECRET, SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD) == SPEC_SIGNATURE
+    at = datetime.fromtimestamp(int(SPEC_TIMESTAMP), tz=UTC)
+    assert Webhook(SPEC_SECRET).sign(SPEC_MSG_ID, at, SPEC_PAYLOAD) == SPEC_SIGNATURE
+
+
+def test_a_new_webhook_secret_is_whsec_and_the_base64_of_32_random_bytes(api: APIClient) -> None:
+    secrets = {api.post("/api/v1/client/webhook-secret").json()["webhook_secret"] for _ in range(3)}
+    assert len(secrets) == 3
+    for secret in secrets:
+        assert secret.startswith("whsec_")
+        assert 24 <= len(base64.b64decode(secret.removeprefix("whsec_"), validate=True)) <= 64
+    _, token = make_api_client("fresh")
+    assert ApiClient.objects.get(name="fresh").webhook_secret.startswith("whsec_")
+
+
+def test_during_a_rotation_both_secrets_sign_until_the_grace_period_ends(receiver: FakeProviderServer, db: None) -> None:
+    client, old = subscribed_client(receiver)
+    new = api_for_client(client).post("/api/v1/client/webhook-secret").json()["webhook_secret"]
+    notification = accept_notification(client)
+
+    def post_event() -> RecordedRequest:
+        [event] = services.status_event_record(
+            notifications=[Notification.objects.get(pk=notification.pk)], event_type="notification.bounced", status="delivered"
+        )
+        assert services.status_event_deliver(event_id=event.pk) == "delivered"
+        return status_posts(receiver)[-1]
+
+    during = post_event()
+    assert len(during.headers["webhook-signature"].split(" ")) == 2
+    assert verifies(new, during) and verifies(old, during)
+    with override_notifications(WEBHOOK_SECRET_GRACE_SECONDS=0):
+        after = post_event()
+    assert len(after.headers["webhook-signature"].split(" ")) == 1
+    assert verifies(new, after) and not verifies(old, after)
+
+
+def test_a_webhook_notification_during_a_rotation_is_signed_with_both_secrets_too(receiver: FakeProviderServer, db: None) -> None:
+    client, old = subscribed_client(receiver)
+    new = api_for_client(client).post("/api/v1/client/webhook-secret").json()["webhook_secret"]
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    assert services.notification_deliver(notification_id=notification.pk).outcome == "delivered"
+    [post] = receiver.requests
+    assert post.headers["webhook-id"] == str(notification.pk)
+    assert len(post.headers["webhook-signature"].split(" ")) == 2 and verifies(new, post) and verifies(old, post)
+
+
+def test_the_deprecated_x_signature_headers_are_sent_until_the_setting_turns_them_off(
+    receiver: FakeProviderServer, db: None
+) -> None:
+    from notifications.channels.webhook import webhook_post_signed
+
+    secret = webhook_secret_generate()
+    for legacy in (True, False):
+        with override_notifications(WEBHOOK_LEGACY_SIGNATURE_HEADERS=legacy):
+            webhook_post_signed(
+                url=receiver.url(HOOK_PATH), secret=secret, body="{}", timestamp=str(int(time.time())), idempotency_key="k"
+            )
+    with_legacy, without = receiver.requests
+    expected = hmac.new(secret.encode(), with_legacy.headers["x-timestamp"].encode() + b".{}", hashlib.sha256).hexdigest()
+    assert with_legacy.headers["x-signature"] == f"sha256={expected}"
+    assert "x-signature" not in without.headers and "x-timestamp" not in without.headers
+    assert verifies(secret, with_legacy) and verifies(secret, without)
 
 
 def test_an_admin_rotates_a_webhook_secret_sees_it_once_and_it_is_audited(db: None) -> None:
@@ -356,9 +466,10 @@ def test_a_receiver_answering_500_gets_the_same_event_again_until_it_answers_200
     first, second = wait_until(lambda: status_posts(receiver) if len(status_posts(receiver)) >= 2 else None, timeout=20)
     drain(stub_broker, stub_worker)
     assert (first.reply_status, second.reply_status) == (500, 200)
-    assert first.json == second.json and first.json["notification_id"] == str(notification.pk)
+    assert first.json == second.json and first.json["data"]["notification_id"] == str(notification.pk)
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
     assert_signed_event(second, secret, type="notification.failed")
-    event = StatusEvent.objects.get(pk=first.json["event_id"])
+    event = StatusEvent.objects.get(pk=first.json["data"]["event_id"])
     assert (event.state, event.attempt_count) == (StatusEventState.DELIVERED, 2)
     assert "HTTP 500" not in event.last_error and len(status_posts(receiver)) == 2
 
@@ -438,11 +549,11 @@ def test_status_events_and_webhook_deliveries_are_one_signed_post_of_the_webhook
     delivery, status_post, direct = receiver.requests
     assert status == 200 and direct.headers["idempotency-key"] == "k-1"
     assert_signed_event(status_post, secret, type="notification.bounced")
-    verify = documented_verify()
     for request in (delivery, direct):
-        assert verify(secret, request.headers["x-timestamp"], request.headers["x-signature"], request.body)
+        assert verifies(secret, request) and not verifies(webhook_secret_generate(), request)
+        assert request.headers["webhook-id"] == request.headers["idempotency-key"]
     assert delivery.headers["idempotency-key"] == str(notification.pk)
-    headers = {"content-type", "user-agent", "x-timestamp", "x-signature", "idempotency-key"}
+    headers = {"content-type", "user-agent", "webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key"}
     assert all(headers <= set(request.headers) for request in (delivery, status_post, direct))
     assert status_post.headers["user-agent"].startswith("notifications-status/")
     with pytest.raises(PermanentChannelError, match="no webhook secret"):

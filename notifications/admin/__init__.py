@@ -6,6 +6,7 @@ from django_dramatiq.models import Task
 
 from . import (  # noqa: F401  (registers the admins)
     broadcasts,
+    captured,
     categories,
     clients,
     dead_letters,

@@ -22,6 +22,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from .. import selectors
+from ..models import ApiClient
 
 RETRY_PERMISSION = "notifications.retry_deadletter"
 
@@ -72,6 +73,25 @@ def _digest_members_link(digest_id: Any) -> str:
         return "-"
     url = reverse("admin:notifications_notification_changelist")
     return format_html('<a href="{}?digest={}&amp;status__exact=digested">its members</a>', url, digest_id)
+
+
+class ModeFilter(admin.SimpleListFilter):
+    """Live or test: the rows of live clients or of their test modes (models/clients.py); both
+    by default. On a client's rows it filters by their client, through its index."""
+
+    title = "mode"
+    parameter_name = "mode"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("live", "live"), ("test", "test")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() not in ("live", "test"):
+            return queryset
+        is_test = self.value() == "test"
+        if queryset.model is ApiClient:
+            return queryset.filter(is_test=is_test)
+        return queryset.filter(client__in=ApiClient.objects.filter(is_test=is_test).values("pk"))
 
 
 def _report(done: int, skipped: int, verb: str) -> str:

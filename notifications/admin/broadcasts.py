@@ -12,13 +12,13 @@ from django.utils.html import format_html
 from .. import selectors, services
 from ..errors import NotificationError
 from ..models import Broadcast, Topic
-from .base import ReadOnlyAdmin, _pretty_json, _report
+from .base import ModeFilter, ReadOnlyAdmin, _pretty_json, _report
 
 
 @admin.register(Topic)
 class TopicAdmin(ReadOnlyAdmin):
     list_display = ("key", "name", "client", "subscribers", "updated_at")
-    list_filter = ("client",)
+    list_filter = (ModeFilter, "client")
     list_select_related = ("client",)
     search_fields = ("key", "name")
     fields = ("key", "name", "client", "subscribers", "created_at", "updated_at")
@@ -50,7 +50,7 @@ class BroadcastAdmin(ReadOnlyAdmin):
         "failed",
         "created_at",
     )
-    list_filter = ("status", "channel", "client")
+    list_filter = ("status", "channel", ModeFilter, "client")
     list_select_related = ("client", "topic")
     # Each row's counts are one GROUP BY over the (broadcast, status) index: keep pages short.
     list_per_page = 25

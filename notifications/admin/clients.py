@@ -1,5 +1,5 @@
-"""Admin for API clients, superusers only: create one, rotate its token, revoke it, set its own
-limits; never delete it."""
+"""Admin for API clients, superusers only: create one, issue it a test token, rotate its token,
+revoke it, set its own limits; never delete it. A client's test mode is listed as a row of its own."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from django.http import HttpRequest
 
 from .. import services
 from ..models import ApiClient
-from .base import _report
+from .base import ModeFilter, _report
 
 # What an existing client's page shows read-only: a client changes only through the actions...
-SHOWN_FIELDS = ("name", "token_prefix", "is_active", "status_webhook_url", "created_at", "token_rotated_at")
+SHOWN_FIELDS = ("name", "mode", "token_prefix", "is_active", "status_webhook_url", "created_at", "token_rotated_at")
 # ...but for its own limits (empty: the setting's default), saved through services.api_client_limits_set.
 LIMIT_FIELDS = ("topic_subscribers_max", "broadcasts_per_hour_max")
 
 
 @admin.register(ApiClient)
 class ApiClientAdmin(admin.ModelAdmin):
-    list_display = ("name", "token_prefix", "is_active", "created_at", "token_rotated_at")
-    list_filter = ("is_active",)
+    list_display = ("name", "mode", "token_prefix", "is_active", "created_at", "token_rotated_at")
+    list_filter = ("is_active", ModeFilter)
     search_fields = ("name",)
-    actions = ("rotate_token_selected", "rotate_webhook_secret_selected", "revoke_selected")
+    actions = ("issue_test_token_selected", "rotate_token_selected", "rotate_webhook_secret_selected", "revoke_selected")
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.is_active and request.user.is_superuser
@@ -57,10 +57,27 @@ class ApiClientAdmin(admin.ModelAdmin):
         obj.__dict__.update({k: v for k, v in client.__dict__.items() if not k.startswith("_")})
         self._show_token(request, client, token)
 
+    @admin.display(description="mode", ordering="is_test")
+    def mode(self, obj: ApiClient) -> str:
+        return obj.mode
+
     def _show_token(self, request: HttpRequest, client: ApiClient, token: str) -> None:
         self.message_user(
             request, f"API token for {client.name!r}: {token} (copy it now; it is not shown again)", messages.WARNING
         )
+
+    @admin.action(description="Issue a test token for selected clients")
+    def issue_test_token_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        done = skipped = 0
+        for client in queryset:
+            if client.is_test or not client.is_active:
+                skipped += 1
+                continue
+            test, token = services.api_client_test_token_issue(name=client.name)
+            self.log_change(request, client, "Issued a test token")
+            self._show_token(request, test, token)
+            done += 1
+        self.message_user(request, _report(done, skipped, "issued a test token"), messages.SUCCESS)
 
     @admin.action(description="Rotate the token of selected clients")
     def rotate_token_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from django.contrib import admin
 
 from ..models import Digest, DigestStatus
-from .base import ReadOnlyAdmin, _digest_members_link, _notification_link, _pretty_json
+from .base import ModeFilter, ReadOnlyAdmin, _digest_members_link, _notification_link, _pretty_json
 
 
 @admin.register(Digest)
 class DigestAdmin(ReadOnlyAdmin):
     list_display = ("key", "user_id", "client", "status", "item_count", "max_items", "opened_at", "closes_at", "sent_as")
-    list_filter = ("status", "channel", "client")
+    list_filter = ("status", "channel", ModeFilter, "client")
     list_select_related = ("client",)
     search_fields = ("=key", "=user_id")
     date_hierarchy = "opened_at"

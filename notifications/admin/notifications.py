@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from .. import selectors, services
 from ..errors import NotificationError
 from ..models import PENDING_STATUSES, DeadLetter, DeliveryAttempt, Notification, Status
-from .base import LargeTablePaginator, ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
+from .base import LargeTablePaginator, ModeFilter, ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
 
 # A changelist cell says this much of a long text; the page says all of it.
 LIST_TEXT_CHARS = 60
@@ -88,6 +88,7 @@ class NotificationAdmin(ReadOnlyAdmin):
         "status",
         "channel",
         "category",
+        ModeFilter,
         "client",
         "provider_status",
         "suppressed_reason",

@@ -6,13 +6,13 @@ from django.contrib import admin
 
 from .. import services
 from ..models import Recipient
-from .base import ReadOnlyAdmin
+from .base import ModeFilter, ReadOnlyAdmin
 
 
 @admin.register(Recipient)
 class RecipientAdmin(ReadOnlyAdmin):
     list_display = ("user_id", "client", "email", "phone", "webhook_url", "updated_at")
-    list_filter = ("client",)
+    list_filter = (ModeFilter, "client")
     list_select_related = ("client",)
     search_fields = ("=user_id", "=email", "=phone")
     # The recipient's stored fields as the service defines them, so a new one shows up here too.

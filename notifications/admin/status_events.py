@@ -11,7 +11,7 @@ from django.http import HttpRequest
 
 from .. import services
 from ..models import StatusEvent, StatusEventState
-from .base import LargeTablePaginator, ReadOnlyAdmin, _as_uuid, _notification_link, _pre, _pretty_json, _report
+from .base import LargeTablePaginator, ModeFilter, ReadOnlyAdmin, _as_uuid, _notification_link, _pre, _pretty_json, _report
 
 SHOWN_FIELDS = (
     "id",
@@ -35,7 +35,7 @@ SHOWN_FIELDS = (
 @admin.register(StatusEvent)
 class StatusEventAdmin(ReadOnlyAdmin):
     list_display = ("id", "type", "state", "client", "notification_id", "attempt_count", "next_attempt_at", "occurred_at")
-    list_filter = ("state", "type", "channel", "client")
+    list_filter = ("state", "type", "channel", ModeFilter, "client")
     list_select_related = ("client",)
     search_fields = ("id", "notification__id")
     search_help_text = "Exact event id or notification id."

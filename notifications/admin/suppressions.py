@@ -11,7 +11,7 @@ from django.http import HttpRequest
 
 from .. import services
 from ..models import Suppression
-from .base import ReadOnlyAdmin, _notification_link
+from .base import ModeFilter, ReadOnlyAdmin, _notification_link
 
 # Given to the support group by migration 0008, with view_suppression.
 DELETE_PERMISSION = "notifications.delete_suppression"
@@ -20,7 +20,7 @@ DELETE_PERMISSION = "notifications.delete_suppression"
 @admin.register(Suppression)
 class SuppressionAdmin(ReadOnlyAdmin):
     list_display = ("address", "channel", "reason", "client", "created_at", "notification_link")
-    list_filter = ("reason", "channel", "client")
+    list_filter = ("reason", "channel", ModeFilter, "client")
     list_select_related = ("client",)
     search_fields = ("address",)
     search_help_text = "Exact address (email, phone number or push token)."

@@ -97,6 +97,25 @@ class IsApiClient(permissions.BasePermission):
         return isinstance(request.user, ApiClient)
 
 
+class IsTestToken(permissions.BasePermission):
+    """Test mode only (captured messages): a live token is answered 403."""
+
+    message = "only a test token (ntf_test_...) has captured messages; a live token's messages are sent"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, ApiClient) and request.user.is_test
+
+
+class LiveTokenWrites(permissions.BasePermission):
+    """Templates and categories are shared by a client's live and test modes (read by both): only
+    the live token changes them, so trying something in test mode never changes what live sends."""
+
+    message = "templates and categories are shared with live mode: change them with the live token"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, ApiClient) and (request.method in permissions.SAFE_METHODS or not request.user.is_test)
+
+
 class ApiClientRateThrottle(throttling.SimpleRateThrottle):
     """Requests per API client, counted in the shared cache so every web process agrees.
 

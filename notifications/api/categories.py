@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from .. import selectors, services
 from ..errors import NotFound
 from ..models import Category
+from .auth import IsApiClient, LiveTokenWrites
 from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictBooleanField, StrictIntegerField
 from .views import _client, _require_object
@@ -59,6 +60,8 @@ class CategorySerializer(RefusesUnknownFields, serializers.ModelSerializer):  # 
 
 
 class CategoryView(APIView):
+    permission_classes = [IsApiClient, LiveTokenWrites]
+
     @api_operation(
         "categories_retrieve",
         {200: CategorySerializer, 404: "Neither this client nor the platform has a category with this key."},
@@ -77,6 +80,7 @@ class CategoryView(APIView):
         {
             200: OpenApiResponse(CategorySerializer, description="Replaced."),
             201: OpenApiResponse(CategorySerializer, description="Created (also when it shadows a platform category)."),
+            403: "A test token: templates and categories are shared with live mode, changed with the live token.",
             400: "The key or a field is invalid; `field` names it.",
         },
         request=CategorySerializer,

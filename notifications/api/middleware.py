@@ -87,7 +87,7 @@ def _request_log(request: HttpRequest, status: int, started: float) -> None:
     duration_ms = round((time.perf_counter() - started) * 1000, 1)
     user = getattr(request, "user", None)  # DRF sets the API client here as well as on its Request
     # By type, not isinstance: a session user is a lazy object that isinstance would load.
-    client = str(getattr(user, "name", "")) if issubclass(type(user), ApiClient) else ""
+    client = str(user) if issubclass(type(user), ApiClient) else ""  # "acme (test)" for a test token
     request_logger.info(
         "%s %s %d %.1fms",
         request.method,

@@ -14,6 +14,7 @@ from .. import selectors, services
 from ..errors import NotFound
 from ..models import Channel, NotificationTemplate, TemplateVariant
 from ..services.templates import MAX_VARIANTS
+from .auth import IsApiClient, LiveTokenWrites
 from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField, locale_field, metadata_problem
 from .views import _client, _require_object
@@ -104,6 +105,8 @@ NO_TEMPLATE = "Neither this client nor the platform has a template with this key
 
 
 class TemplateView(APIView):
+    permission_classes = [IsApiClient, LiveTokenWrites]
+
     @api_operation(
         "templates_retrieve",
         {200: TemplateSerializer, 404: NO_TEMPLATE},
@@ -122,6 +125,7 @@ class TemplateView(APIView):
         {
             200: OpenApiResponse(TemplateSerializer, description="Its variants replaced."),
             201: OpenApiResponse(TemplateSerializer, description="Created."),
+            403: "A test token: templates and categories are shared with live mode, changed with the live token.",
             400: "The key, or a variant: a part that does not compile or uses what a template may not, a second variant of one channel and locale, "
             "html_body not for email, a subject with a line break, an empty body; `field` names it, e.g. variants[0].body.",
         },

@@ -2,7 +2,19 @@
 
 from django.urls import path
 
-from . import broadcasts, categories, client, preferences, provider_callbacks, recipients, suppressions, templates, topics, views
+from . import (
+    broadcasts,
+    captured,
+    categories,
+    client,
+    preferences,
+    provider_callbacks,
+    recipients,
+    suppressions,
+    templates,
+    topics,
+    views,
+)
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
@@ -27,4 +39,5 @@ urlpatterns = [
     path("providers/mailgun/events", provider_callbacks.MailgunEventView.as_view(), name="provider-mailgun-events"),
     path("client", client.ClientView.as_view(), name="client-detail"),
     path("client/webhook-secret", client.ClientWebhookSecretView.as_view(), name="client-webhook-secret"),
+    path("test/messages", captured.CapturedMessageCollectionView.as_view(), name="test-messages"),
 ]

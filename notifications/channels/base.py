@@ -24,6 +24,8 @@ class OutgoingMessage:
     idempotency_key: str = ""
     client_name: str = ""
     webhook_secret: str = ""
+    # The client's secret before its last rotation, while it still signs (its grace period).
+    webhook_previous_secret: str = ""
     # Email only: the HTML part (sent as multipart/alternative with ``body``) and extra headers
     # (List-Unsubscribe); other providers ignore them.
     html_body: str = ""
@@ -35,6 +37,10 @@ class SendResult:
     provider_message_id: str = ""
     # A short, human-readable summary of the provider's answer, stored on the DeliveryAttempt.
     response_summary: str = ""
+    # A provider status already known when the send returns (a ProviderStatus: the test mode's
+    # capture sink reports its reserved bounce and complaint addresses so), recorded once the
+    # delivery is, as a provider's callback would be.
+    provider_status: str = ""
 
 
 class Provider(Protocol):

@@ -1,12 +1,16 @@
 """The webhook channel: a signed JSON POST to the client's URL, refusing internal targets.
 
-Receivers verify ``X-Signature: sha256=<hex>`` by recomputing HMAC-SHA256 with their webhook
-secret over ``"{X-Timestamp}.{raw body}"``, and drop repeats by ``Idempotency-Key`` (the
-notification id, the same on every retry).
+Posts are signed as Standard Webhooks (https://www.standardwebhooks.com) sign them, so any of its
+verifiers accepts them: ``webhook-id`` (the notification or event id, the same on every retry, also
+sent as ``Idempotency-Key``), ``webhook-timestamp`` (Unix seconds) and ``webhook-signature``
+(``v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{raw body}">``, one per secret in force, space
+separated). The older ``X-Timestamp``/``X-Signature`` pair (hex HMAC over "{timestamp}.{body}") is
+deprecated and sent while WEBHOOK_LEGACY_SIGNATURE_HEADERS is on.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
@@ -19,6 +23,7 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,9 +53,48 @@ NOT_RESOLVED = "could not be resolved"
 MAX_LOOKUPS_IN_FLIGHT = 256
 
 
+WEBHOOK_SECRET_PREFIX = "whsec_"
+
+
 def webhook_signature(secret: str, timestamp: str, body: str) -> str:
+    """The deprecated ``X-Signature``: hex HMAC-SHA256 keyed with the secret as the client holds it."""
     digest = hmac.new(secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256).hexdigest()
     return f"sha256={digest}"
+
+
+def standard_webhook_key(secret: str) -> bytes:
+    """The HMAC key of a secret: the bytes a ``whsec_`` secret's base64 encodes. A secret made
+    before secrets had that form is its own bytes (its ``whsec_`` form is ``whsec_`` + base64 of it)."""
+    if secret.startswith(WEBHOOK_SECRET_PREFIX):
+        return base64.b64decode(secret[len(WEBHOOK_SECRET_PREFIX) :] + "==")
+    return secret.encode()
+
+
+def standard_webhook_signature(secret: str, webhook_id: str, timestamp: str, body: str) -> str:
+    digest = hmac.new(standard_webhook_key(secret), f"{webhook_id}.{timestamp}.{body}".encode(), hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def webhook_secrets_in_force(current: str, previous: str, rotated_at: datetime | None, *, now: datetime) -> tuple[str, ...]:
+    """The secrets a post is signed with: the current one, and the one before it until
+    WEBHOOK_SECRET_GRACE_SECONDS after the rotation, so a receiver can switch without a gap."""
+    grace = timedelta(seconds=get_config().webhook_secret_grace_seconds)
+    if previous and previous != current and rotated_at is not None and now - rotated_at < grace:
+        return (current, previous)
+    return (current,)
+
+
+def webhook_signature_headers(*, secrets: tuple[str, ...], webhook_id: str, timestamp: str, body: str) -> dict[str, str]:
+    """The signature headers of one post; the first secret is the current one."""
+    headers = {
+        "webhook-id": webhook_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": " ".join(standard_webhook_signature(secret, webhook_id, timestamp, body) for secret in secrets),
+    }
+    if get_config().webhook_legacy_signature_headers:
+        headers["X-Timestamp"] = timestamp
+        headers["X-Signature"] = webhook_signature(secrets[0], timestamp, body)
+    return headers
 
 
 @dataclass(frozen=True)
@@ -225,12 +269,14 @@ def webhook_post_signed(
     body: str,
     timestamp: str,
     idempotency_key: str,
+    previous_secret: str = "",
     user_agent: str = USER_AGENT,
     provider: str = PROVIDER,
 ) -> tuple[int, urllib3.HTTPHeaderDict]:
-    """POST ``body`` (JSON) to ``url``, vetted by the SSRF guard, signed with ``secret`` over
-    ``timestamp`` (X-Timestamp, X-Signature) and carrying ``Idempotency-Key``; the answer's status
-    and headers on 2xx, else the channel error it means (``provider`` names the receiver in it).
+    """POST ``body`` (JSON) to ``url``, vetted by the SSRF guard, signed with ``secret`` (and
+    ``previous_secret``, one still in its grace period) as Standard Webhooks sign, with
+    ``idempotency_key`` as the ``webhook-id`` and ``Idempotency-Key``; the answer's status and
+    headers on 2xx, else the channel error it means (``provider`` names the receiver in it).
     The webhook channel and the status webhooks (services/status_events.py) both post this way.
 
     The lookup, connect, send and the whole answer share one deadline, WEBHOOK_TIMEOUT_SECONDS: a
@@ -244,9 +290,13 @@ def webhook_post_signed(
             "Host": target.host_header,
             "Content-Type": "application/json",
             "User-Agent": user_agent,
-            "X-Timestamp": timestamp,
-            "X-Signature": webhook_signature(secret, timestamp, body),
             "Idempotency-Key": idempotency_key,
+            **webhook_signature_headers(
+                secrets=(secret, previous_secret) if previous_secret else (secret,),
+                webhook_id=idempotency_key,
+                timestamp=timestamp,
+                body=body,
+            ),
         }
         status, response_headers, text = _post(target, body.encode(), headers, deadline=deadline)
     raise_for_status(status, response_headers, text, provider=provider)
@@ -274,6 +324,7 @@ class WebhookProvider:
             body=body,
             timestamp=timestamp,
             idempotency_key=message.idempotency_key or message.notification_id,
+            previous_secret=message.webhook_previous_secret,
         )
         return SendResult(provider_message_id=response_headers.get("X-Request-Id", "")[:255], response_summary=f"HTTP {status}")
 

@@ -5,10 +5,14 @@ letters, processed events). Everything is importable from ``notifications.models
 from __future__ import annotations
 
 from .broadcasts import Broadcast, BroadcastStatus, Topic, TopicSubscription
+from .captured import CapturedMessage
 from .clients import (
+    LIVE_TOKEN_PREFIX,
+    TEST_TOKEN_PREFIX,
     ApiClient,
     Recipient,
     hash_token,
+    webhook_secret_generate,
 )
 from .content import (
     DEFAULT_CATEGORY,
@@ -50,6 +54,7 @@ __all__ = [
     "AttemptOutcome",
     "Broadcast",
     "BroadcastStatus",
+    "CapturedMessage",
     "Category",
     "Channel",
     "ClientOrPlatformKeyed",
@@ -62,6 +67,7 @@ __all__ = [
     "DigestStatus",
     "FINISHED_STATUSES",
     "IdempotencyKey",
+    "LIVE_TOKEN_PREFIX",
     "IdempotencyKeyState",
     "Notification",
     "NotificationTemplate",
@@ -79,11 +85,13 @@ __all__ = [
     "SuppressedReason",
     "Suppression",
     "SuppressionReason",
+    "TEST_TOKEN_PREFIX",
     "TRANSITIONS",
     "UNCLOSED_DIGEST_STATUSES",
     "TemplateVariant",
     "Topic",
     "TopicSubscription",
     "hash_token",
+    "webhook_secret_generate",
     "sources_of",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 
@@ -9,21 +10,61 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone as django_timezone
 
+# A Standard Webhooks signing secret: "whsec_" and the base64 of 24 to 64 random bytes (its key).
+WEBHOOK_SECRET_PREFIX = "whsec_"
+WEBHOOK_SECRET_BYTES = 32
+
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class ApiClient(models.Model):
-    """A system allowed to call the API; its bearer token is stored only as a SHA-256 hash."""
+def webhook_secret_generate() -> str:
+    return WEBHOOK_SECRET_PREFIX + base64.b64encode(secrets.token_bytes(WEBHOOK_SECRET_BYTES)).decode()
 
-    name = models.CharField(max_length=100, unique=True)
+
+# A token says its mode: live sends, test captures (services/capture.py). Tokens made before
+# modes existed ("ntf_" and no mode) are live.
+LIVE_TOKEN_PREFIX = "ntf_live_"
+TEST_TOKEN_PREFIX = "ntf_test_"
+
+
+class ApiClient(models.Model):
+    """A system allowed to call the API; its bearer token is stored only as a SHA-256 hash.
+
+    A client's test mode is an ApiClient of its own (``is_test``, ``live_client`` the live one,
+    the same name): everything a client owns is already scoped by client, so a test token lists,
+    reads and suppresses only its side's notifications, recipients, topics, broadcasts, digests,
+    suppressions and idempotency keys, with no filter to forget. Templates and categories are the
+    live client's, read by both (selectors.content_owner_id).
+    """
+
+    name = models.CharField(max_length=100)
+    is_test = models.BooleanField(default=False, editable=False, help_text="Test mode: sends nothing; captures each message.")
+    live_client = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="test_client",
+        editable=False,
+        help_text="The live client this test mode belongs to.",
+    )
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     token_prefix = models.CharField(
-        max_length=12, editable=False, help_text="First characters of the token, to tell tokens apart."
+        max_length=16, editable=False, help_text="First characters of the token, to tell tokens apart."
     )
     is_active = models.BooleanField(default=True)
-    webhook_secret = models.CharField(max_length=64, default="", blank=True, help_text="Signs webhook deliveries (HMAC-SHA256).")
+    # Kept as given, not hashed nor encrypted: an HMAC key must be read back to sign with, and a
+    # key derived from SECRET_KEY to encrypt it would sit beside it on every server (see
+    # docs/integrations.md).
+    webhook_secret = models.CharField(
+        max_length=100, default="", blank=True, help_text="Signs webhook deliveries and status events (Standard Webhooks)."
+    )
+    # The secret before the last rotation: it signs too (a second signature) until
+    # WEBHOOK_SECRET_GRACE_SECONDS after ``webhook_secret_rotated_at``.
+    webhook_secret_previous = models.CharField(max_length=100, default="", blank=True, editable=False)
+    webhook_secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Where the client's status events go (services/status_events.py); empty: none are made.
     status_webhook_url = models.CharField(max_length=2000, blank=True, default="")
     # Per-client limits (services/limits.py); empty: the setting of the same name in capitals.
@@ -47,17 +88,34 @@ class ApiClient(models.Model):
     is_anonymous = False
 
     class Meta:
-        ordering = ["name"]
+        ordering = ["name", "is_test"]
         verbose_name = "API client"
+        constraints = [
+            # A live client's name is unique; its test mode has the same name.
+            models.UniqueConstraint(fields=["name"], condition=models.Q(is_test=False), name="api_client_unique_live_name"),
+            models.CheckConstraint(
+                condition=models.Q(is_test=False, live_client__isnull=True) | models.Q(is_test=True, live_client__isnull=False),
+                name="api_client_test_has_live_client",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return self.name
+        return f"{self.name} (test)" if self.is_test else self.name
+
+    @property
+    def mode(self) -> str:
+        return "test" if self.is_test else "live"
+
+    @property
+    def content_owner_id(self) -> int:
+        """Whose templates and categories this client reads: the live client's, in both modes."""
+        return int(self.live_client_id or self.pk)
 
     def set_new_token(self) -> str:
         """Give the client a fresh token; returns it in clear, the only time it is ever seen."""
-        token = f"ntf_{secrets.token_urlsafe(32)}"
+        token = f"{TEST_TOKEN_PREFIX if self.is_test else LIVE_TOKEN_PREFIX}{secrets.token_urlsafe(32)}"
         self.token_hash = hash_token(token)
-        self.token_prefix = token[:12]
+        self.token_prefix = token[: len(LIVE_TOKEN_PREFIX) + 3]
         return token
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -161,7 +161,9 @@ class Notification(models.Model):
     # Not columns: what claim_for_delivery's RETURNING adds for the send.
     client_name: str
     client_webhook_secret: str
+    client_webhook_previous_secret: str  # "" unless within its grace period
     client_status_webhook_url: str  # services/status_events.py: no statement when blank
+    client_is_test: bool  # test mode: the send goes to the capture sink (services/capture.py)
     last_attempt_number: int
 
     class Meta:
@@ -244,7 +246,9 @@ class Notification(models.Model):
         return self.next_attempt_at if self.status in PENDING_STATUSES else None
 
     @classmethod
-    def claim_for_delivery(cls, notification_ids: list[Any], *, now: datetime) -> list[Notification]:
+    def claim_for_delivery(
+        cls, notification_ids: list[Any], *, now: datetime, webhook_secret_grace_seconds: float = 0.0
+    ) -> list[Notification]:
         """Take pending notifications for one send each, in one ``UPDATE ... RETURNING``: status
         ``sending``, one more attempt, ``claimed_at = now``; those another worker won, or no longer
         pending, are not returned. Each row comes back whole with its client's ``client_name`` and
@@ -272,11 +276,16 @@ class Notification(models.Model):
             f"RETURNING {columns}, "
             f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
             f"(SELECT c.webhook_secret FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secret, "
+            # The secret before the last rotation while it still signs (services/status_events.py).
+            f"(SELECT CASE WHEN c.webhook_secret_rotated_at > %s THEN c.webhook_secret_previous ELSE '' END "
+            f"FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_previous_secret, "
             f"(SELECT c.status_webhook_url FROM {clients} c WHERE c.id = {table}.client_id) AS client_status_webhook_url, "
+            f"(SELECT c.is_test FROM {clients} c WHERE c.id = {table}.client_id) AS client_is_test, "
             f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempts} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
         )
         stamp = connection.ops.adapt_datetimefield_value(now)
-        return list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, *ids, *sources]))
+        grace_start = connection.ops.adapt_datetimefield_value(now - timedelta(seconds=webhook_secret_grace_seconds))
+        return list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, *ids, *sources, grace_start]))
 
     @classmethod
     def claims_release(cls, notification_ids: list[Any], *, claimed_at: datetime) -> int:

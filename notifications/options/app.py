@@ -174,6 +174,19 @@ APP_OPTIONS: tuple[Option, ...] = (
             "10:1800:8",
             "`base_seconds:cap_seconds:max_attempts` of the posts to a client's `status_webhook_url`",
         ),
+        Option(
+            "WEBHOOK_SECRET_GRACE_SECONDS",
+            float,
+            24 * 3600.0,
+            "after a webhook secret is rotated, how long the previous one signs too (a second signature)",
+            minimum=0,
+        ),
+        Option(
+            "WEBHOOK_LEGACY_SIGNATURE_HEADERS",
+            bool,
+            True,
+            "deprecated: also send the pre-Standard-Webhooks `X-Timestamp`/`X-Signature` headers",
+        ),
     ),
     *group(
         "Providers and failover",

@@ -19,6 +19,7 @@ from django.utils import timezone
 from ..errors import NotFound
 from ..models import (
     ApiClient,
+    CapturedMessage,
     Category,
     DeadLetter,
     Notification,
@@ -132,6 +133,11 @@ def suppression_list(*, client: ApiClient, channel: str = "", address: str = "")
     return suppressions
 
 
+def captured_message_list(*, client: ApiClient) -> QuerySet[CapturedMessage]:
+    """The test-mode client's captured messages, unordered (the caller paginates)."""
+    return CapturedMessage.objects.filter(client=client)
+
+
 def recipient_get(*, client: ApiClient, user_id: str) -> Recipient | None:
     """The client's recipient ``user_id``, or None when it has stored none."""
     return Recipient.objects.filter(client=client, user_id=user_id).first()
@@ -142,8 +148,10 @@ def recipient_get(*, client: ApiClient, user_id: str) -> Recipient | None:
 
 def _own_then_platform(queryset: QuerySet[Any], client: ApiClient) -> QuerySet[Any]:
     """The client's own rows and the platform's (client null), the client's first: a client's
-    template or category shadows the platform's of the same key."""
-    return queryset.filter(Q(client=client) | Q(client__isnull=True)).order_by(F("client_id").asc(nulls_last=True))
+    template or category shadows the platform's of the same key. A client's test mode reads its
+    live client's (ApiClient.content_owner_id): templates and categories are shared by both modes."""
+    owner = client.content_owner_id
+    return queryset.filter(Q(client_id=owner) | Q(client__isnull=True)).order_by(F("client_id").asc(nulls_last=True))
 
 
 # Every accept reads its category, and categories change rarely: each process keeps what it read
@@ -174,7 +182,8 @@ def category_keys_known(*, client: ApiClient, keys: list[str]) -> set[str]:
     """Which of ``keys`` name a category the client may use."""
     if not keys:
         return set()
-    return set(Category.objects.filter(Q(client=client) | Q(client__isnull=True), key__in=keys).values_list("key", flat=True))
+    owner = client.content_owner_id
+    return set(Category.objects.filter(Q(client_id=owner) | Q(client__isnull=True), key__in=keys).values_list("key", flat=True))
 
 
 def recipient_and_category(*, client: ApiClient, user_id: str, category_key: str) -> tuple[Recipient | None, Category | None]:

@@ -34,6 +34,7 @@ from .broadcasts import (
     broadcast_resume_stale,
 )
 from .caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
+from .capture import captured_messages_clear
 from .clients import (
     RECIPIENT_FIELDS,
     api_client_create,
@@ -41,6 +42,7 @@ from .clients import (
     api_client_limits_set,
     api_client_revoke,
     api_client_rotate_token,
+    api_client_test_token_issue,
     recipient_delete,
     recipient_upsert,
 )
@@ -128,12 +130,14 @@ __all__ = [
     "address_suppressed_reason",
     "addresses_suppressed_reasons",
     "api_client_create",
+    "captured_messages_clear",
     "broadcast_cancel",
     "broadcast_create",
     "broadcast_fan_out",
     "broadcast_fan_out_batch",
     "broadcast_resume_stale",
     "api_client_get_or_create",
+    "api_client_test_token_issue",
     "api_client_limits_set",
     "api_client_revoke",
     "api_client_rotate_token",

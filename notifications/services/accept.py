@@ -131,7 +131,9 @@ def notification_accept(
             elif notification.status == Status.SUPPRESSED:
                 status_event_record(notifications=[notification], event_type=StatusEventType.SUPPRESSED)
                 transaction.on_commit(
-                    lambda: metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
+                    lambda: metrics.record_suppressed(
+                        channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(notification)
+                    )
                 )
     except BaseException:
         cap_slot.release()  # nothing was written (a failed statement, the commit, a timeout): nothing will be sent

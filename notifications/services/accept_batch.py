@@ -108,7 +108,7 @@ def _accept_batch(*, client: ApiClient, items: list[BatchItem], results: list[Ac
         if notification.id in taken:
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
     for notification in (n for _, n, _, _ in built if n.id in taken and n.status == Status.SUPPRESSED):
-        metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
+        metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason, mode=client.mode)
     notifications_publish(
         pending=[(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None], carriers=carriers
     )

@@ -271,7 +271,9 @@ def _after_batch(written: list[Notification], *, delays: dict[Any, float]) -> No
     leaves them to the sweeper)."""
     for notification in written:
         if notification.status == Status.SUPPRESSED:
-            metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
+            metrics.record_suppressed(
+                channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(notification)
+            )
     notifications_publish(pending=[(n, delays[n.pk]) for n in written if n.enqueued_at is not None])
 
 

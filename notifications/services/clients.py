@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ..channels import CHANNELS
@@ -18,6 +18,7 @@ from ..locales import locale_normalize
 from ..models import (
     ApiClient,
     Recipient,
+    webhook_secret_generate,
 )
 from ..token_cache import api_client_changed
 from .quiet_hours import quiet_hours_check, time_zone_check
@@ -30,9 +31,9 @@ def api_client_create(*, name: str) -> tuple[ApiClient, str]:
     name = name.strip()
     if not name:
         raise ValidationFailed("an API client needs a name", extra={"field": "name"})
-    if ApiClient.objects.filter(name=name).exists():
+    if ApiClient.objects.filter(name=name, is_test=False).exists():
         raise ValidationFailed(f"an API client named {name!r} already exists", extra={"field": "name"})
-    client = ApiClient(name=name, webhook_secret=uuid.uuid4().hex + uuid.uuid4().hex)
+    client = ApiClient(name=name, webhook_secret=webhook_secret_generate())
     token = client.set_new_token()
     client.save()
     api_client_changed()  # its token is known to every process's active hashes at once
@@ -54,18 +55,46 @@ def api_client_limits_set(*, client: ApiClient, topic_subscribers_max: int | Non
 
 
 def api_client_get_or_create(*, name: str) -> ApiClient:
-    """The named client, created (with a token nobody knows yet) when missing; race-safe."""
-    client = ApiClient.objects.filter(name=name).first()
+    """The named (live) client, created (with a token nobody knows yet) when missing; race-safe."""
+    client = ApiClient.objects.filter(name=name, is_test=False).first()
     if client is not None:
         return client
-    candidate = ApiClient(name=name, webhook_secret=uuid.uuid4().hex + uuid.uuid4().hex)
+    candidate = ApiClient(name=name, webhook_secret=webhook_secret_generate())
     candidate.set_new_token()
     try:
         with transaction.atomic():
             candidate.save()
         return candidate
     except IntegrityError:
-        return ApiClient.objects.get(name=name)
+        return ApiClient.objects.get(name=name, is_test=False)
+
+
+def api_client_test_token_issue(*, name: str) -> tuple[ApiClient, str]:
+    """Issue a test token (``ntf_test_...``) for the live client ``name``, creating the client
+    when missing; returns the client's test mode and the token, shown this once. Its test mode is
+    made the first time (services/clients' rule: an ApiClient of its own, same name); after that
+    each call gives it a new token, ending the previous test token."""
+    name = name.strip()
+    if not name:
+        raise ValidationFailed("an API client needs a name", extra={"field": "name"})
+    live = api_client_get_or_create(name=name)
+    if live.is_test:
+        raise ValidationFailed(f"{live} is itself a test mode", extra={"field": "name"})
+    if not live.is_active:
+        raise ValidationFailed(f"the API client {name!r} is revoked", extra={"field": "name"})
+    with transaction.atomic():
+        # The live row locked: two issuers at once make one test mode, not a constraint error.
+        ApiClient.objects.select_for_update().filter(pk=live.pk).first()
+        test = ApiClient.objects.filter(live_client=live).first()
+        if test is None:
+            test = ApiClient(name=live.name, is_test=True, live_client=live, webhook_secret=webhook_secret_generate())
+        token = test.set_new_token()
+        if test.pk is not None:
+            test.token_rotated_at = timezone.now()
+        test.is_active = True
+        test.save()
+        api_client_changed()  # the previous test token ends now in this process, once this commits in every one
+    return test, token
 
 
 def api_client_rotate_token(*, client: ApiClient) -> str:
@@ -77,7 +106,8 @@ def api_client_rotate_token(*, client: ApiClient) -> str:
 
 
 def api_client_revoke(*, client: ApiClient) -> None:
-    ApiClient.objects.filter(pk=client.pk).update(is_active=False)
+    """Revoke the client's token, and its test mode's with a live client's."""
+    ApiClient.objects.filter(Q(pk=client.pk) | Q(live_client=client)).update(is_active=False)
     client.is_active = False
     api_client_changed()
 

@@ -155,10 +155,11 @@ def notification_suppress(*, notification_id: Any, channel: str, reason: str, fi
         # One read (with its client's status_webhook_url) for the status event: a rare path.
         suppressed = (
             Notification.objects.select_related("client")
-            .only("id", "client_id", "channel", "status", "client__status_webhook_url")
+            .only("id", "client_id", "channel", "status", "client__status_webhook_url", "client__is_test")
             .get(pk=notification_id)
         )
         status_event_record(notifications=[suppressed], event_type=StatusEventType.SUPPRESSED)
-        transaction.on_commit(lambda: metrics.record_suppressed(channel=channel, reason=reason))
+        mode = suppressed.client.mode
+        transaction.on_commit(lambda: metrics.record_suppressed(channel=channel, reason=reason, mode=mode))
     logger.info("notification %s suppressed (%s)", notification_id, reason, extra={"notification_id": str(notification_id)})
     return True

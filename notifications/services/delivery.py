@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from .. import metrics, tracing
 from ..channels import OutgoingMessage, SendResult, channel_spec
+from ..channels.base import Provider
 from ..channels.providers import provider_account
 from ..concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
 from ..conf import get_config
@@ -31,9 +32,11 @@ from ..models import AttemptOutcome, DeliveryAttempt, Notification, StatusEventT
 from ..ratelimit import Reservation, reserve_send_slot
 from ..selectors import notifications_pending_delivery
 from ..sql import update_rows
+from .capture import CaptureSink, notification_is_test
 from .consent import consent_before_send
 from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
 from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
+from .provider_feedback import provider_status_reported_record
 from .routing import routes_delivered
 from .status_events import status_event_record
 
@@ -225,7 +228,9 @@ def _notifications_claim(ids: list[str]) -> list[tuple[Notification, DeliveryAtt
     """Atomically take the notifications for this worker; those another worker got are left out."""
     now = timezone.now()
     with transaction.atomic():
-        notifications = Notification.claim_for_delivery(ids, now=now)
+        notifications = Notification.claim_for_delivery(
+            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds
+        )
         if not notifications:
             return []
         # Sent in the order they were enqueued in (RETURNING has none of its own).
@@ -250,11 +255,17 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         idempotency_key=str(notification.pk),
         client_name=notification.client_name,
         webhook_secret=notification.client_webhook_secret,
+        webhook_previous_secret=notification.client_webhook_previous_secret or "",
         html_body=notification.html_message,
         headers=notification.headers,
     )
-    # Provider failover: the first account of the channel whose circuit is not open (services/failover.py).
-    attempt.account, provider = provider_for_send(notification.channel)
+    # Provider failover: the first account of the channel whose circuit is not open (services/failover.py);
+    # in test mode the capture sink, which has no account and no circuit (services/capture.py).
+    provider: Provider
+    if notification_is_test(notification):
+        attempt.account, provider = "", CaptureSink(client_id=notification.client_id)
+    else:
+        attempt.account, provider = provider_for_send(notification.channel)
     started = time.monotonic()
     with tracing.provider_span(notification, attempt.number) as span:
         try:
@@ -333,14 +344,23 @@ def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
         pk = str(item.notification.pk)
         with tracing.context_attached(tracing.notification_context(pk)):  # its line in its own trace
             outcomes[pk] = _delivery_recorded(item, lost=pk in lost)
+        if item.result.provider_status and pk not in lost:
+            # A status the provider reported with its answer (the capture sink's reserved
+            # addresses), recorded after the delivery as its callback would be.
+            provider_status_reported_record(notification=item.notification, status=item.result.provider_status)
     return outcomes
 
 
 def _delivery_recorded(item: _Sent, *, lost: bool) -> DeliveryOutcome:
     """The metrics and log line of one delivery recorded by _deliveries_record, and its outcome."""
     notification, pk = item.notification, str(item.notification.pk)
+    mode = metrics.mode_of(notification)
     metrics.record_attempt(
-        channel=notification.channel, outcome=AttemptOutcome.DELIVERED, seconds=item.seconds, account=item.attempt.account
+        channel=notification.channel,
+        outcome=AttemptOutcome.DELIVERED,
+        seconds=item.seconds,
+        account=item.attempt.account,
+        mode=mode,
     )
     if lost:
         # The provider took it, but only after the sweeper had given this send up for lost:
@@ -351,6 +371,6 @@ def _delivery_recorded(item: _Sent, *, lost: bool) -> DeliveryOutcome:
             extra={"notification_id": pk},
         )
         return DeliveryOutcome("skipped", item.attempt.number)
-    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
+    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at, mode=mode)
     logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
     return DeliveryOutcome("delivered", item.attempt.number)

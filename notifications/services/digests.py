@@ -158,8 +158,8 @@ def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseR
             elif notification.status in ENDED_AT_CLOSE:
                 status_event_record(notifications=[notification], event_type=ENDED_AT_CLOSE[notification.status])
                 if notification.status == Status.SUPPRESSED:
-                    channel, reason = notification.channel, notification.suppressed_reason
-                    transaction.on_commit(lambda: metrics.record_suppressed(channel=channel, reason=reason))
+                    channel, reason, mode = notification.channel, notification.suppressed_reason, digest.client.mode
+                    transaction.on_commit(lambda: metrics.record_suppressed(channel=channel, reason=reason, mode=mode))
     except BaseException:
         cap_slot.release()  # rolled back: the notification that took it was never written
         raise

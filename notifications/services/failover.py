@@ -45,8 +45,10 @@ def provider_for_send(channel: str) -> tuple[str, Provider]:
 
 def provider_send_record(channel: str, account: str, *, ok: bool) -> None:
     """Tell the account's breaker how its send went: ``ok`` when the provider answered (a delivery,
-    or a permanent refusal of this message), not ok for a transient failure (5xx, timeout, 429)."""
-    if len(failover_providers(channel)) == 1:
+    or a permanent refusal of this message), not ok for a transient failure (5xx, timeout, 429).
+    A send through no account of the channel (the test mode's capture sink) touches no circuit."""
+    accounts = failover_providers(channel)
+    if len(accounts) == 1 or account not in {name for name, _ in accounts}:
         return
     outage.call(lambda: circuit_record(channel, account, ok=ok), fallback=lambda: None, counted=False)
 

@@ -59,7 +59,11 @@ def attempt_finish(
     if seconds is not None:
         attempt.duration_ms = int(seconds * 1000)
     metrics.record_attempt(
-        channel=attempt.channel or attempt.notification.channel, outcome=outcome, seconds=seconds, account=attempt.account
+        channel=attempt.channel or attempt.notification.channel,
+        outcome=outcome,
+        seconds=seconds,
+        account=attempt.account,
+        mode=metrics.mode_of(attempt.notification),
     )
     if error is not None:
         attempt.error_class = f"{type(error).__module__}.{type(error).__qualname__}"
@@ -134,7 +138,7 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
             return "skipped"
         dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
         status_event_record(notifications=[notification], event_type=StatusEventType.DEAD)
-        metrics.record_dead(channel=notification.channel)
+        metrics.record_dead(channel=notification.channel, mode=metrics.mode_of(notification))
         logger.warning(
             "notification %s is dead after %d attempts",
             notification.pk,
@@ -157,7 +161,9 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
         last_error=str(exc)[:4000],
     ):
         return "skipped"
-    metrics.record_retry(channel=notification.channel, reason=getattr(exc, "code", "unexpected"))
+    metrics.record_retry(
+        channel=notification.channel, reason=getattr(exc, "code", "unexpected"), mode=metrics.mode_of(notification)
+    )
     if publish:
         notification.enqueued_at = now
         transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))

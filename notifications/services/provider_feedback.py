@@ -129,6 +129,21 @@ def _feedback_record(
     )
 
 
+# What a status a provider reports with its answer puts on the suppression list (as its callback would).
+_REPORTED_SUPPRESSIONS: dict[str, str] = {
+    ProviderStatus.BOUNCED: SuppressionReason.BOUNCED,
+    ProviderStatus.COMPLAINED: SuppressionReason.COMPLAINED,
+}
+
+
+def provider_status_reported_record(*, notification: Notification, status: str) -> FeedbackResult:
+    """Record a provider status that came with the send's own answer (the test mode's capture
+    sink: a bounce, a complaint) exactly as a callback reporting it is recorded."""
+    return _feedback_record(
+        notification, status=status, suppress=_REPORTED_SUPPRESSIONS.get(status, ""), provider="Capture sink", event=status
+    )
+
+
 def _feedback_ignored(*, provider: str, reason: str, notification: Notification, event: str) -> None:
     """Log (a warning: it may be a forged event) and count an event that named a notification but
     does not bind to it; the provider is answered 200 so it does not retry it."""

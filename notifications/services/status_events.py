@@ -1,5 +1,5 @@
 """Status webhooks: the status changes an API client cares about, posted to its status_webhook_url,
-signed as webhook deliveries are, at least once.
+signed as webhook deliveries are (Standard Webhooks), at least once.
 
 A :class:`StatusEvent` row is written in the transaction of the change it reports (the row is the
 outbox), and a message naming it is published after that commit; a publish that fails only leaves
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -24,11 +23,11 @@ from django.utils import timezone
 
 from ..broker_batch import messages_publish
 from ..channels import validate_address
-from ..channels.webhook import NOT_PUBLIC, webhook_post_signed, webhook_target
+from ..channels.webhook import NOT_PUBLIC, webhook_post_signed, webhook_secrets_in_force, webhook_target
 from ..concurrency import TURN_WAIT_SECONDS, webhook_turn_take
 from ..conf import STATUS_EVENT_ROUTE, get_config
 from ..errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
-from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
+from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType, webhook_secret_generate
 from ..selectors import due_in_turns
 from ..token_cache import REMEMBERED_MARK, api_client_changed
 
@@ -85,11 +84,16 @@ def api_client_set_status_webhook_url(*, client: ApiClient, url: str) -> ApiClie
 
 
 def api_client_rotate_webhook_secret(*, client: ApiClient) -> str:
-    """Give the client a new webhook secret and return it, the only time it is shown. It signs
-    every webhook and status event posted from now on, those already pending included."""
-    secret = secrets.token_urlsafe(32)
-    ApiClient.objects.filter(pk=client.pk).update(webhook_secret=secret)
-    client.webhook_secret = secret
+    """Give the client a new webhook secret (``whsec_`` + base64 of 32 random bytes) and return
+    it, the only time it is shown. It signs every webhook and status event posted from now on,
+    those already pending included; the one it replaces signs them too (a second signature)
+    for WEBHOOK_SECRET_GRACE_SECONDS, so the receiver can switch without a gap."""
+    secret, now = webhook_secret_generate(), timezone.now()
+    # F("webhook_secret") is the value before this UPDATE: the one being replaced.
+    ApiClient.objects.filter(pk=client.pk).update(
+        webhook_secret=secret, webhook_secret_previous=F("webhook_secret"), webhook_secret_rotated_at=now
+    )
+    client.webhook_secret_previous, client.webhook_secret, client.webhook_secret_rotated_at = client.webhook_secret, secret, now
     api_client_changed()
     return secret
 
@@ -234,13 +238,17 @@ def status_event_redrive(*, event: StatusEvent) -> bool:
 
 
 def status_event_payload(event: StatusEvent) -> dict[str, Any]:
+    """The body Standard Webhooks recommends: ``type``, ``timestamp`` (when the change happened,
+    ISO 8601; the post's own time is the webhook-timestamp header) and ``data``."""
     return {
-        "event_id": str(event.pk),
         "type": event.type,
-        "notification_id": str(event.notification_id),
-        "status": event.status,
-        "channel": event.channel,
-        "occurred_at": event.occurred_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "timestamp": event.occurred_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "data": {
+            "event_id": str(event.pk),
+            "notification_id": str(event.notification_id),
+            "status": event.status,
+            "channel": event.channel,
+        },
     }
 
 
@@ -306,9 +314,13 @@ def _post(event: StatusEvent) -> None:
     client = event.client
     if not client.status_webhook_url:
         raise PermanentChannelError("the API client has no status_webhook_url any more", code="not_configured")
+    current, *previous = webhook_secrets_in_force(
+        client.webhook_secret, client.webhook_secret_previous, client.webhook_secret_rotated_at, now=timezone.now()
+    )
     webhook_post_signed(
         url=client.status_webhook_url,
-        secret=client.webhook_secret,
+        secret=current,
+        previous_secret=previous[0] if previous else "",
         body=json.dumps(status_event_payload(event), separators=(",", ":")),
         timestamp=str(int(time.time())),
         idempotency_key=str(event.pk),

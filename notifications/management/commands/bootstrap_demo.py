@@ -26,7 +26,7 @@ class Command(BaseCommand):
         if created:
             user.set_password(password)
             user.save()
-        api_client = ApiClient.objects.filter(name=client).first()
+        api_client = ApiClient.objects.filter(name=client, is_test=False).first()
         if api_client is None:
             api_client, token = services.api_client_create(name=client)
         else:
@@ -38,4 +38,6 @@ class Command(BaseCommand):
             + (f" password {password!r}" if created else " (existing password)")
         )
         self.stdout.write(f"API client: {api_client.name!r}")
+        _, test_token = services.api_client_test_token_issue(name=api_client.name)
+        self.stdout.write(f"Test token: {test_token}  (sends nothing: GET /api/v1/test/messages shows what it would have)")
         self.stdout.write(f"API token:  {token}")
