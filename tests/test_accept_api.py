@@ -127,7 +127,7 @@ class HeldAccept:
     insert, until released."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, token: str) -> None:
-        from notifications.services import accept
+        from notifications.services.intake import accept
 
         self.token, self.entered, self.release = token, threading.Event(), threading.Event()
         self.response = None

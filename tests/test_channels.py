@@ -21,7 +21,7 @@ from notifications import services
 from notifications.channels import OutgoingMessage, SendResult
 from notifications.channels.http import retry_after_seconds
 from notifications.channels.providers import get_provider
-from notifications.channels.webhook import embedded_ipv4, webhook_target
+from notifications.channels.webhook.provider import embedded_ipv4, webhook_target
 from notifications.errors import PermanentChannelError, TransientChannelError
 from notifications.models import ApiClient, AttemptOutcome, DeadLetter, DeadLetterReason, DeliveryAttempt, Notification, Status
 

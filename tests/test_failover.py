@@ -20,7 +20,7 @@ from notifications.circuit import OPEN, circuit_allow, circuit_is_open, circuit_
 from notifications.conf import get_config, parse_failover_accounts
 from notifications.errors import PermanentChannelError, TransientChannelError
 from notifications.models import AttemptOutcome, Notification, Status
-from notifications.services import failover
+from notifications.services.delivery import failover
 
 from .factories import accept_notification, make_api_client
 from .fakes import LocalSmtpServer, override_notifications, smtp_server_fixture  # noqa: F401  (fixture)

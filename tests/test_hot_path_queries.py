@@ -33,7 +33,7 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Count the delivery messages published after commit without a broker round trip."""
     published: list[str] = []
     monkeypatch.setattr(
-        services.outbox,
+        services.records.outbox,
         "delivery_message_send",
         lambda *, notification_ids, priority, delay_seconds=0.0, carriers=None: published.extend(notification_ids),
     )
@@ -97,7 +97,7 @@ def test_a_worker_thread_sends_its_emails_over_one_kept_smtp_connection_and_reco
     smtp_server: LocalSmtpServer,
 ) -> None:
     from notifications.channels import OutgoingMessage
-    from notifications.channels.email import DjangoEmailProvider
+    from notifications.channels.email.provider import DjangoEmailProvider
 
     provider = DjangoEmailProvider()
 

@@ -29,7 +29,7 @@ from notifications.models import (
     Suppression,
     SuppressionReason,
 )
-from notifications.services.provider_feedback import twilio_signature
+from notifications.services.feedback.provider_feedback import twilio_signature
 
 from .factories import accept_notification, make_api_client, make_recipient
 from .fakes import (  # noqa: F401  (fixtures)
@@ -479,7 +479,7 @@ def test_a_mailgun_event_whose_recording_failed_is_taken_when_mailgun_retries_it
     a 503) must not leave Mailgun's retry, which carries the same token, refused as a replay."""
     from django.db import OperationalError
 
-    from notifications.services import provider_feedback
+    from notifications.services.feedback import provider_feedback
 
     client, _ = make_api_client()
     notification = sent_email(client)

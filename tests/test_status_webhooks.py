@@ -27,7 +27,7 @@ from notifications import actors, services
 from notifications.conf import BULK_QUEUE, HIGH_QUEUE, STATUS_EVENT_QUEUE
 from notifications.errors import PermanentChannelError
 from notifications.models import ApiClient, DeadLetter, Notification, Status, StatusEvent, StatusEventState
-from notifications.services import status_events
+from notifications.services.records import status_events
 
 from .factories import accept_notification, make_api_client, make_recipient
 from .fakes import FakeProviderServer, RecordedRequest, Reply, override_notifications, provider_server_fixture  # noqa: F401
@@ -422,7 +422,7 @@ def test_status_events_and_webhook_deliveries_are_one_signed_post_of_the_webhook
 ) -> None:
     """One function signs and posts both (channels/webhook.py): what the README says a receiver
     checks holds for a webhook delivery and a status event alike."""
-    from notifications.channels.webhook import webhook_post_signed
+    from notifications.channels.webhook.provider import webhook_post_signed
 
     client, secret = subscribed_client(receiver)
     notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))

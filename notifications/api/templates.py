@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from .. import selectors, services
 from ..errors import NotFound
 from ..models import Channel, NotificationTemplate, TemplateVariant
-from ..services.templates import MAX_VARIANTS
+from ..services.policy.templates import MAX_VARIANTS
 from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField, locale_field, metadata_problem
 from .views import _client, _require_object

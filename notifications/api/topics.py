@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from .. import selectors, services
 from ..errors import NotFound
 from ..models import Topic
-from ..services.topics import MAX_SUBSCRIBE, MAX_USER_ID_LENGTH
+from ..services.fanout.topics import MAX_SUBSCRIBE, MAX_USER_ID_LENGTH
 from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField
 from .views import USER_ID, _client, _path_user_id, _require_object

@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from . import broadcasts, categories, client, preferences, provider_callbacks, recipients, suppressions, templates, topics, views
+from ..channels import callbacks as provider_callbacks
+from . import broadcasts, categories, client, preferences, recipients, suppressions, templates, topics, views
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),

@@ -18,8 +18,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import services
-from .exceptions import error_body
-from .schema import error
+from ..api.exceptions import error_body
+from ..api.schema import error
 
 # Seconds a provider may wait before retrying while Redis is unreachable (Mailgun retries for hours).
 UNAVAILABLE_RETRY_AFTER_SECONDS = 60

@@ -36,10 +36,12 @@ class ChannelSpec:
 CHANNELS: dict[str, ChannelSpec] = {
     spec.name: spec
     for spec in (
-        ChannelSpec("email", addresses.email_address, "email", "notifications.channels.email.DjangoEmailProvider"),
-        ChannelSpec("sms", addresses.phone_number, "phone", "notifications.channels.sms.TwilioSmsProvider"),
-        ChannelSpec("push", addresses.push_token, "push_tokens", "notifications.channels.push.FcmPushProvider", many=True),
-        ChannelSpec("webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.WebhookProvider"),
+        ChannelSpec("email", addresses.email_address, "email", "notifications.channels.email.provider.DjangoEmailProvider"),
+        ChannelSpec("sms", addresses.phone_number, "phone", "notifications.channels.sms.provider.TwilioSmsProvider"),
+        ChannelSpec(
+            "push", addresses.push_token, "push_tokens", "notifications.channels.push.provider.FcmPushProvider", many=True
+        ),
+        ChannelSpec("webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.provider.WebhookProvider"),
     )
 }
 CHANNEL_NAMES: tuple[str, ...] = tuple(CHANNELS)

@@ -17,24 +17,52 @@ the actors, the events or the API): ``accept_group`` (group commit) -> ``accept_
 
 from __future__ import annotations
 
-from .accept import (
+from .delivery.dead_letters import (
+    RedriveResult,
+    dead_letter_discard,
+    dead_letter_record_event,
+    dead_letter_redrive,
+    dead_letter_republish,
+)
+from .delivery.outcomes import retry_delay_seconds
+from .delivery.send import DeliveryOutcome, SendRateLimited, notification_deliver, notifications_deliver
+from .digests.close import (
+    DigestCloseResult,
+    digest_close,
+    digest_sweep,
+)
+from .digests.join import (
+    DEFAULT_DIGEST_MAX_ITEMS,
+    MAX_DIGEST_ITEMS,
+    MAX_DIGEST_KEY_LENGTH,
+    MAX_DIGEST_WINDOW_SECONDS,
+    DigestRequest,
+)
+from .fanout.broadcast_accept import BroadcastRequest, broadcast_create
+from .fanout.broadcasts import (
+    broadcast_cancel,
+    broadcast_fan_out,
+    broadcast_fan_out_batch,
+    broadcast_resume_stale,
+)
+from .fanout.topics import SubscribeResult, topic_key_check, topic_subscribe, topic_unsubscribe, topic_upsert
+from .feedback.provider_feedback import (
+    CallbackRejected,
+    CallbackUnavailable,
+    FeedbackResult,
+    mailgun_event_record,
+    twilio_status_record,
+)
+from .intake.accept import (
     AcceptResult,
     NotificationRequest,
     notification_accept,
     notification_cancel,
     request_fingerprint,
 )
-from .accept_batch import BatchItem, notification_accept_batch
-from .accept_group import notification_accept_grouped
-from .broadcast_accept import BroadcastRequest, broadcast_create
-from .broadcasts import (
-    broadcast_cancel,
-    broadcast_fan_out,
-    broadcast_fan_out_batch,
-    broadcast_resume_stale,
-)
-from .caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
-from .clients import (
+from .intake.accept_batch import BatchItem, notification_accept_batch
+from .intake.accept_group import notification_accept_grouped
+from .intake.clients import (
     RECIPIENT_FIELDS,
     api_client_create,
     api_client_get_or_create,
@@ -44,49 +72,17 @@ from .clients import (
     recipient_delete,
     recipient_upsert,
 )
-from .dead_letters import RedriveResult, dead_letter_discard, dead_letter_record_event, dead_letter_redrive, dead_letter_republish
-from .delivery import DeliveryOutcome, SendRateLimited, notification_deliver, notifications_deliver
-from .digest_join import (
-    DEFAULT_DIGEST_MAX_ITEMS,
-    MAX_DIGEST_ITEMS,
-    MAX_DIGEST_KEY_LENGTH,
-    MAX_DIGEST_WINDOW_SECONDS,
-    DigestRequest,
-)
-from .digests import (
-    DigestCloseResult,
-    digest_close,
-    digest_sweep,
-)
-from .event_intake import EventIntake, event_notification_accept
-from .outbox import delivery_message_send, notification_enqueue
-from .outcomes import retry_delay_seconds
-from .preferences import category_upsert, recipient_preferences_replace
-from .provider_feedback import (
-    CallbackRejected,
-    CallbackUnavailable,
-    FeedbackResult,
-    mailgun_event_record,
-    twilio_status_record,
-)
-from .quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check
-from .retention import PurgeReport, notification_purge
-from .status_events import (
-    api_client_rotate_webhook_secret,
-    api_client_set_status_webhook_url,
-    status_event_deliver,
-    status_event_payload,
-    status_event_record,
-    status_event_redrive,
-)
-from .suppressions import (
+from .intake.event_intake import EventIntake, event_notification_accept
+from .policy.caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
+from .policy.preferences import category_upsert, recipient_preferences_replace
+from .policy.quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check
+from .policy.suppressions import (
     address_suppressed_reason,
     addresses_suppressed_reasons,
     suppression_delete,
     suppression_remove,
 )
-from .sweeper import SweepReport, notification_sweep
-from .templates import (
+from .policy.templates import (
     VARIANT_FIELDS,
     RenderedMessage,
     template_preview,
@@ -95,8 +91,18 @@ from .templates import (
     template_variant_preview,
     template_variants_check,
 )
-from .topics import SubscribeResult, topic_key_check, topic_subscribe, topic_unsubscribe, topic_upsert
-from .unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
+from .policy.unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
+from .records.outbox import delivery_message_send, notification_enqueue
+from .records.retention import PurgeReport, notification_purge
+from .records.status_events import (
+    api_client_rotate_webhook_secret,
+    api_client_set_status_webhook_url,
+    status_event_deliver,
+    status_event_payload,
+    status_event_record,
+    status_event_redrive,
+)
+from .sweeper import SweepReport, notification_sweep
 
 __all__ = [
     "RECIPIENT_FIELDS",

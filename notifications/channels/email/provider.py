@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connection
 
-from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
+from ..base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
 
 
 class _ConnectionPerThread:

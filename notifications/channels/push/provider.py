@@ -6,9 +6,9 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from ..conf import get_config
-from .base import OutgoingMessage, SendResult
-from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
+from ...conf import get_config
+from ..base import OutgoingMessage, SendResult
+from ..http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 
 PROVIDER = "FCM"
 

@@ -6,9 +6,9 @@ import dataclasses
 from typing import Any
 from urllib.parse import quote
 
-from ..conf import NotificationsConfig, get_config
-from .base import OutgoingMessage, SendResult
-from .http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
+from ...conf import NotificationsConfig, get_config
+from ..base import OutgoingMessage, SendResult
+from ..http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
 
 PROVIDER = "Twilio"
 # Where Twilio posts a message's status changes (api/provider_callbacks.py), under PUBLIC_BASE_URL.

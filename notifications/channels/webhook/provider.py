@@ -27,10 +27,10 @@ import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, SSLError
 from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
 
-from ..conf import get_config
-from .base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
-from .deadline import Deadline, DeadlineHTTPConnectionPool, DeadlineHTTPSConnectionPool, http_deadline
-from .http import raise_for_status
+from ...conf import get_config
+from ..base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
+from ..deadline import Deadline, DeadlineHTTPConnectionPool, DeadlineHTTPSConnectionPool, http_deadline
+from ..http import raise_for_status
 
 logger = logging.getLogger("notifications.channels")
 

@@ -10,8 +10,8 @@ import pika.exceptions
 from django.db import transaction
 from django.utils import timezone
 
-from ..event_bus import event_publish
-from ..models import (
+from ...event_bus import event_publish
+from ...models import (
     DeadLetter,
     DeadLetterReason,
     DeadLetterSource,
@@ -19,8 +19,8 @@ from ..models import (
     Resolution,
     Status,
 )
-from .outbox import notification_enqueue
-from .routing import route_restart
+from ..policy.routing import route_restart
+from ..records.outbox import notification_enqueue
 
 logger = logging.getLogger("notifications.services")
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import smtplib
 from dataclasses import dataclass
 
-from ..channels.base import Provider
-from ..channels.providers import failover_providers
-from ..circuit import OPEN, circuit_allow, circuit_is_open, circuit_record
-from ..conf import get_config
-from ..degraded import RedisOutage
-from ..errors import ChannelError, PermanentChannelError, TransientChannelError
+from ...channels.base import Provider
+from ...channels.providers import failover_providers
+from ...circuit import OPEN, circuit_allow, circuit_is_open, circuit_record
+from ...conf import get_config
+from ...degraded import RedisOutage
+from ...errors import ChannelError, PermanentChannelError, TransientChannelError
 
 outage = RedisOutage("circuit_breaker", consequence="provider failover is off (sends go to each channel's primary account)")
 

@@ -11,13 +11,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import metrics
-from ..conf import get_config
-from ..errors import (
+from ... import metrics
+from ...conf import get_config
+from ...errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ..models import (
+from ...models import (
     AttemptOutcome,
     DeadLetterReason,
     DeliveryAttempt,
@@ -25,11 +25,11 @@ from ..models import (
     Status,
     StatusEventType,
 )
+from ..policy.routing import channel_attempt_count, route_advance, route_fields
+from ..policy.suppressions import suppression_from_permanent_error
+from ..records.outbox import notification_publish
+from ..records.status_events import status_event_record
 from .dead_letters import dead_letter_create
-from .outbox import notification_publish
-from .routing import channel_attempt_count, route_advance, route_fields
-from .status_events import status_event_record
-from .suppressions import suppression_from_permanent_error
 
 logger = logging.getLogger("notifications.services")
 

@@ -18,24 +18,24 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import metrics, tracing
-from ..channels import OutgoingMessage, SendResult, channel_spec
-from ..channels.providers import provider_account
-from ..concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
-from ..conf import get_config
-from ..errors import (
+from ... import metrics, tracing
+from ...channels import OutgoingMessage, SendResult, channel_spec
+from ...channels.providers import provider_account
+from ...concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
+from ...conf import get_config
+from ...errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ..models import AttemptOutcome, DeliveryAttempt, Notification, StatusEventType
-from ..ratelimit import Reservation, reserve_send_slot
-from ..selectors import notifications_pending_delivery
-from ..sql import update_rows
-from .consent import consent_before_send
+from ...models import AttemptOutcome, DeliveryAttempt, Notification, StatusEventType
+from ...ratelimit import Reservation, reserve_send_slot
+from ...selectors import notifications_pending_delivery
+from ...sql import update_rows
+from ..policy.routing import routes_delivered
+from ..records.status_events import status_event_record
 from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
 from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
-from .routing import routes_delivered
-from .status_events import status_event_record
+from .withhold import consent_before_send
 
 logger = logging.getLogger("notifications.services")
 

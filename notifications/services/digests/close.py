@@ -27,10 +27,10 @@ from django.db import transaction
 from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
-from .. import metrics, tracing
-from ..conf import DIGEST_CLOSE_ROUTE, get_config
-from ..errors import InvalidTransition, NotificationError
-from ..models import (
+from ... import metrics, tracing
+from ...conf import DIGEST_CLOSE_ROUTE, get_config
+from ...errors import InvalidTransition, NotificationError
+from ...models import (
     UNCLOSED_DIGEST_STATUSES,
     DeadLetterReason,
     Digest,
@@ -39,13 +39,13 @@ from ..models import (
     Status,
     StatusEventType,
 )
-from ..selectors import due_in_turns, recipient_get
-from .caps import NO_SLOT, recipient_cap_take
-from .consent import consent_at_accept
-from .content import notification_content
-from .dead_letters import dead_letter_create
-from .outbox import notification_enqueued_state, notification_publish
-from .status_events import status_event_record
+from ...selectors import due_in_turns, recipient_get
+from ..delivery.dead_letters import dead_letter_create
+from ..policy.caps import NO_SLOT, recipient_cap_take
+from ..policy.consent import consent_at_accept
+from ..policy.content import notification_content
+from ..records.outbox import notification_enqueued_state, notification_publish
+from ..records.status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 

@@ -13,15 +13,15 @@ from typing import Any, Protocol, TypeVar
 from django.db import transaction
 from django.db.models import F
 
-from ..errors import NotificationError, ValidationFailed
-from ..models import (
+from ...errors import NotificationError, ValidationFailed
+from ...models import (
     Digest,
     DigestStatus,
     Notification,
     Status,
 )
-from ..sql import insert_rows_or_nothing
-from .digests import digest_close_after_commit, digest_close_schedule, digest_render_data
+from ...sql import insert_rows_or_nothing
+from .close import digest_close_after_commit, digest_close_schedule, digest_render_data
 
 logger = logging.getLogger("notifications.services")
 

@@ -12,22 +12,22 @@ import dramatiq
 from django.db import transaction
 from django.utils import timezone
 
-from ..conf import BROADCAST_FAN_OUT_ROUTE
-from ..errors import IdempotencyInFlight, ValidationFailed
-from ..models import (
+from ...conf import BROADCAST_FAN_OUT_ROUTE
+from ...errors import IdempotencyInFlight, ValidationFailed
+from ...models import (
     DEFAULT_CATEGORY,
     ApiClient,
     Broadcast,
     BroadcastStatus,
     Priority,
 )
-from ..selectors import (
+from ...selectors import (
     topic_get,
 )
-from .accept import AcceptResult, _idempotency_claim, idempotency_replay
-from .content import requested_content
-from .limits import broadcast_start_check
-from .preferences import category_for_client
+from ..intake.accept import AcceptResult, _idempotency_claim, idempotency_replay
+from ..policy.content import requested_content
+from ..policy.limits import broadcast_start_check
+from ..policy.preferences import category_for_client
 
 logger = logging.getLogger("notifications.services")
 

@@ -9,9 +9,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from ..channels import recipient_address, validate_address
-from ..errors import NotificationError, TemplateRenderFailed, ValidationFailed
-from ..models import (
+from ...channels import recipient_address, validate_address
+from ...errors import NotificationError, TemplateRenderFailed, ValidationFailed
+from ...models import (
     Broadcast,
     Category,
     Notification,
@@ -20,14 +20,14 @@ from ..models import (
     SuppressedReason,
     TemplateVariant,
 )
-from ..selectors import (
+from ...selectors import (
     suppressed_addresses,
 )
-from .accept import NotificationRequest, notification_build
-from .caps import NO_SLOT, CapSlot, recipient_cap_take
-from .consent import consent_at_accept
-from .content import notification_content
-from .templates import template_variants_read
+from ..intake.accept import NotificationRequest, notification_build
+from ..policy.caps import NO_SLOT, CapSlot, recipient_cap_take
+from ..policy.consent import consent_at_accept
+from ..policy.content import notification_content
+from ..policy.templates import template_variants_read
 
 logger = logging.getLogger("notifications.services")
 

@@ -16,10 +16,10 @@ from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .. import metrics
-from ..conf import get_config
-from ..errors import InvalidTransition, TemplateRenderFailed
-from ..models import (
+from ... import metrics
+from ...conf import get_config
+from ...errors import InvalidTransition, TemplateRenderFailed
+from ...models import (
     ApiClient,
     Broadcast,
     BroadcastStatus,
@@ -28,18 +28,18 @@ from ..models import (
     StatusEventType,
     sources_of,
 )
-from ..selectors import (
+from ...selectors import (
     broadcast_get,
     due_in_turns,
     topic_subscriber_count,
     topic_subscribers_after,
 )
-from ..sql import insert_many_or_nothing, model_rows
+from ...sql import insert_many_or_nothing, model_rows
+from ..policy.caps import CapSlot
+from ..records.outbox import notification_enqueued_state, notifications_publish
+from ..records.status_events import status_event_record
 from .broadcast_accept import broadcast_fan_out_enqueue
 from .broadcast_notifications import NotificationBuilder
-from .caps import CapSlot
-from .outbox import notification_enqueued_state, notifications_publish
-from .status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..errors import NotFound, ValidationFailed
-from ..models import ApiClient, Topic, TopicSubscription
-from ..selectors import recipient_ids_by_user_id, topic_get, topic_subscriber_count
-from ..sql import insert_rows_or_nothing
-from .limits import topic_subscribers_check
-from .preferences import key_check
+from ...errors import NotFound, ValidationFailed
+from ...models import ApiClient, Topic, TopicSubscription
+from ...selectors import recipient_ids_by_user_id, topic_get, topic_subscriber_count
+from ...sql import insert_rows_or_nothing
+from ..policy.limits import topic_subscribers_check
+from ..policy.preferences import key_check
 
 MAX_TOPIC_KEY_LENGTH = 100  # Topic.key
 MAX_SUBSCRIBE = 1000  # user ids per call: one lookup and one multi-row INSERT

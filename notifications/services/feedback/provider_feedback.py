@@ -26,13 +26,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import metrics
-from ..conf import get_config
-from ..degraded import REDIS_ERRORS
-from ..errors import NotificationError, ValidationFailed
-from ..models import PROVIDER_STATUS_RANK, Notification, ProviderStatus, StatusEventType, SuppressionReason
-from .status_events import status_event_record
-from .suppressions import suppression_add
+from ... import metrics
+from ...conf import get_config
+from ...degraded import REDIS_ERRORS
+from ...errors import NotificationError, ValidationFailed
+from ...models import PROVIDER_STATUS_RANK, Notification, ProviderStatus, StatusEventType, SuppressionReason
+from ..policy.suppressions import suppression_add
+from ..records.status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 

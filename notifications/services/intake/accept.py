@@ -13,16 +13,16 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import metrics, tracing
-from ..channels import recipient_address, validate_address
-from ..conf import get_config
-from ..errors import (
+from ... import metrics, tracing
+from ...channels import recipient_address, validate_address
+from ...conf import get_config
+from ...errors import (
     IdempotencyConflict,
     IdempotencyInFlight,
     InvalidTransition,
     ValidationFailed,
 )
-from ..models import (
+from ...models import (
     DEFAULT_CATEGORY,
     ApiClient,
     Category,
@@ -34,18 +34,18 @@ from ..models import (
     Status,
     StatusEventType,
 )
-from ..selectors import category_get, notification_get, recipient_and_category, recipients_by_user_id
-from ..sql import insert_or_nothing
-from .caps import recipient_cap_take
-from .consent import consent_at_accept
-from .content import NotificationContent, requested_content
-from .digest_join import DigestRequest, digest_join, digest_member_mark, digest_member_request
-from .digests import digest_member_cancel
-from .outbox import notification_enqueued_state, notification_publish
-from .preferences import category_for_client
-from .routing import route_plan
-from .status_events import status_event_record
-from .suppressions import addresses_suppressed_reasons
+from ...selectors import category_get, notification_get, recipient_and_category, recipients_by_user_id
+from ...sql import insert_or_nothing
+from ..digests.close import digest_member_cancel
+from ..digests.join import DigestRequest, digest_join, digest_member_mark, digest_member_request
+from ..policy.caps import recipient_cap_take
+from ..policy.consent import consent_at_accept
+from ..policy.content import NotificationContent, requested_content
+from ..policy.preferences import category_for_client
+from ..policy.routing import route_plan
+from ..policy.suppressions import addresses_suppressed_reasons
+from ..records.outbox import notification_enqueued_state, notification_publish
+from ..records.status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
 

@@ -12,12 +12,17 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import metrics, tracing
-from ..conf import get_config
-from ..errors import NotificationError
-from ..logging import request_id_var
-from ..models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
-from ..sql import insert_claimed, model_rows
+from ... import metrics, tracing
+from ...conf import get_config
+from ...errors import NotificationError
+from ...logging import request_id_var
+from ...models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
+from ...sql import insert_claimed, model_rows
+from ..digests.join import digest_refused_in_batch
+from ..policy.caps import CapSlot, recipient_cap_take
+from ..policy.template_budget import render_pool
+from ..records.outbox import notification_enqueued_state, notifications_publish
+from ..records.status_events import status_event_record
 from .accept import (
     AcceptResult,
     NotificationRequest,
@@ -27,11 +32,6 @@ from .accept import (
     notification_accept,
     notification_build,
 )
-from .caps import CapSlot, recipient_cap_take
-from .digest_join import digest_refused_in_batch
-from .outbox import notification_enqueued_state, notifications_publish
-from .status_events import status_event_record
-from .template_budget import render_pool
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,11 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from .. import metrics
-from ..conf import get_config
-from ..errors import NotificationError
-from ..logging import current_request_id
-from ..models import ApiClient
+from ... import metrics
+from ...conf import get_config
+from ...errors import NotificationError
+from ...logging import current_request_id
+from ...models import ApiClient
 from .accept import AcceptResult, NotificationRequest, notification_accept
 from .accept_batch import BatchItem, notification_accept_batch_into
 

@@ -9,18 +9,18 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..channels import CHANNELS
-from ..errors import (
+from ...channels import CHANNELS
+from ...errors import (
     NotFound,
     ValidationFailed,
 )
-from ..locales import locale_normalize
-from ..models import (
+from ...locales import locale_normalize
+from ...models import (
     ApiClient,
     Recipient,
 )
-from ..token_cache import api_client_changed
-from .quiet_hours import quiet_hours_check, time_zone_check
+from ...token_cache import api_client_changed
+from ..policy.quiet_hours import quiet_hours_check, time_zone_check
 
 logger = logging.getLogger("notifications.services")
 

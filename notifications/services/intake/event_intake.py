@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..conf import get_config
-from ..models import ProcessedEvent
+from ...conf import get_config
+from ...models import ProcessedEvent
 from .accept import NotificationRequest, notification_accept, request_fingerprint
 from .clients import api_client_get_or_create
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from django.core.cache import cache
 
-from ..conf import redis_client
-from ..degraded import RedisOutage
-from ..errors import ValidationFailed
-from ..models import Category, Notification, Status, SuppressedReason
+from ...conf import redis_client
+from ...degraded import RedisOutage
+from ...errors import ValidationFailed
+from ...models import Category, Notification, Status, SuppressedReason
 
 MAX_CAP_COUNT = 100_000
 MAX_CAP_SECONDS = 31 * 24 * 3600

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..conf import get_config
-from ..errors import ValidationFailed
-from ..locales import locale_normalize
-from ..models import ApiClient, Category, Recipient, TemplateVariant
+from ...conf import get_config
+from ...errors import ValidationFailed
+from ...locales import locale_normalize
+from ...models import ApiClient, Category, Recipient, TemplateVariant
 from .templates import template_render
 from .unsubscribe import UnsubscribeTarget, list_unsubscribe_headers, unsubscribe_url
 

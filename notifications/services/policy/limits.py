@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from ..conf import get_config
-from ..errors import LimitExceeded, RateLimitExceeded
-from ..models import ApiClient, Broadcast
+from ...conf import get_config
+from ...errors import LimitExceeded, RateLimitExceeded
+from ...models import ApiClient, Broadcast
 
 BROADCAST_WINDOW = timedelta(hours=1)
 

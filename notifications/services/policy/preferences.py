@@ -8,10 +8,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..channels import CHANNEL_NAMES
-from ..errors import ValidationFailed
-from ..models import ApiClient, Category, Recipient, SuppressedReason
-from ..selectors import category_get, category_keys_known
+from ...channels import CHANNEL_NAMES
+from ...errors import ValidationFailed
+from ...models import ApiClient, Category, Recipient, SuppressedReason
+from ...selectors import category_get, category_keys_known
 from .caps import recipient_cap_check
 
 # Per recipient; a preference per category and channel of a large catalogue still fits.

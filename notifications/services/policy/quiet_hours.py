@@ -7,7 +7,7 @@ import zoneinfo
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from ..errors import ValidationFailed
+from ...errors import ValidationFailed
 
 _HH_MM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 

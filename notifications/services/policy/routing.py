@@ -23,11 +23,11 @@ from django.db import transaction
 from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
-from ..channels import recipient_address, validate_address
-from ..errors import ValidationFailed
-from ..models import ApiClient, Category, Notification, Recipient, Status, SuppressedReason
+from ...channels import recipient_address, validate_address
+from ...errors import ValidationFailed
+from ...models import ApiClient, Category, Notification, Recipient, Status, SuppressedReason
+from ..records.outbox import notification_publish
 from .content import NotificationContent
-from .outbox import notification_publish
 from .preferences import suppressed_reason
 from .suppressions import addresses_suppressed_reasons
 

@@ -10,10 +10,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..errors import NotFound, PermanentChannelError
-from ..models import ApiClient, Notification, Recipient, Suppression, SuppressionReason
-from ..selectors import suppression_list
-from ..sql import insert_or_nothing
+from ...errors import NotFound, PermanentChannelError
+from ...models import ApiClient, Notification, Recipient, Suppression, SuppressionReason
+from ...selectors import suppression_list
+from ...sql import insert_or_nothing
 
 logger = logging.getLogger("notifications.services")
 

@@ -15,7 +15,7 @@ from django.template.base import FilterExpression, Lexer, Node, TokenType, Varia
 from django.template.defaulttags import ForNode, LoremNode
 from django.template.smartif import TokenBase
 
-from ..errors import RenderLimitExceeded
+from ...errors import RenderLimitExceeded
 from .template_budget import SteppedSequence, counted, current_budget
 
 # Tags of Django's builtins a template may use. Left out: ``include``, ``extends``, ``block`` and

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from django.template.base import FilterExpression
 
-from ..errors import RenderLimitExceeded
+from ...errors import RenderLimitExceeded
 
 
 class RenderBudget:

@@ -13,13 +13,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.template import Context, Template, TemplateSyntaxError, VariableDoesNotExist
 
-from ..channels import CHANNEL_NAMES, OutgoingMessage, SendResult, validate_address
-from ..channels.providers import get_provider
-from ..conf import get_config
-from ..errors import RenderLimitExceeded, TemplateRenderFailed, ValidationFailed
-from ..locales import locale_fallbacks, locale_normalize
-from ..models import ApiClient, NotificationTemplate, TemplateVariant
-from ..selectors import template_variants_for
+from ...channels import CHANNEL_NAMES, OutgoingMessage, SendResult, validate_address
+from ...channels.providers import get_provider
+from ...conf import get_config
+from ...errors import RenderLimitExceeded, TemplateRenderFailed, ValidationFailed
+from ...locales import locale_fallbacks, locale_normalize
+from ...models import ApiClient, NotificationTemplate, TemplateVariant
+from ...selectors import template_variants_for
 from .preferences import key_check
 from .template_bounds import TemplateRefused, template_compile, template_engine
 from .template_budget import RenderBudget, render_budget

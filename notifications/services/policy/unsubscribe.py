@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core import signing
 
-from ..channels import CHANNEL_NAMES
-from ..conf import get_config
-from ..errors import ValidationFailed
-from ..models import ApiClient
+from ...channels import CHANNEL_NAMES
+from ...conf import get_config
+from ...errors import ValidationFailed
+from ...models import ApiClient
 from .preferences import recipient_unsubscribe
 
 # Signed with SECRET_KEY and this salt, so no other signature of the platform is a valid token.

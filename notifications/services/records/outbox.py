@@ -10,10 +10,10 @@ from typing import Any
 import dramatiq
 from django.utils import timezone
 
-from .. import tracing
-from ..broker_batch import messages_publish
-from ..conf import delivery_route, get_config
-from ..models import (
+from ... import tracing
+from ...broker_batch import messages_publish
+from ...conf import delivery_route, get_config
+from ...models import (
     Notification,
     Status,
 )

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from ..models import (
+from ...models import (
     FINISHED_STATUSES,
     DeadLetter,
     DeliveryAttempt,

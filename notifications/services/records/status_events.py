@@ -22,15 +22,15 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from ..broker_batch import messages_publish
-from ..channels import validate_address
-from ..channels.webhook import NOT_PUBLIC, webhook_post_signed, webhook_target
-from ..concurrency import TURN_WAIT_SECONDS, webhook_turn_take
-from ..conf import STATUS_EVENT_ROUTE, get_config
-from ..errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
-from ..models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
-from ..selectors import due_in_turns
-from ..token_cache import REMEMBERED_MARK, api_client_changed
+from ...broker_batch import messages_publish
+from ...channels import validate_address
+from ...channels.webhook.provider import NOT_PUBLIC, webhook_post_signed, webhook_target
+from ...concurrency import TURN_WAIT_SECONDS, webhook_turn_take
+from ...conf import STATUS_EVENT_ROUTE, get_config
+from ...errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
+from ...models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType
+from ...selectors import due_in_turns
+from ...token_cache import REMEMBERED_MARK, api_client_changed
 
 logger = logging.getLogger("notifications.services")
 
