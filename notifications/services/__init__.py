@@ -53,13 +53,7 @@ from .feedback.provider_feedback import (
     mailgun_event_record,
     twilio_status_record,
 )
-from .intake.accept import (
-    AcceptResult,
-    NotificationRequest,
-    notification_accept,
-    notification_cancel,
-    request_fingerprint,
-)
+from .intake.accept import NotificationRequest, notification_accept, notification_cancel
 from .intake.accept_batch import BatchItem, notification_accept_batch
 from .intake.accept_group import notification_accept_grouped
 from .intake.clients import (
@@ -73,6 +67,7 @@ from .intake.clients import (
     recipient_upsert,
 )
 from .intake.event_intake import EventIntake, event_notification_accept
+from .intake.idempotency import AcceptResult, request_fingerprint
 from .policy.caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
 from .policy.preferences import category_upsert, recipient_preferences_replace
 from .policy.quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check

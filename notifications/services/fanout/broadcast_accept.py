@@ -24,7 +24,7 @@ from ...models import (
 from ...selectors import (
     topic_get,
 )
-from ..intake.accept import AcceptResult, _idempotency_claim, idempotency_replay
+from ..intake.idempotency import AcceptResult, idempotency_claim, idempotency_replay
 from ..policy.content import requested_content
 from ..policy.limits import broadcast_start_check
 from ..policy.preferences import category_for_client
@@ -67,7 +67,7 @@ def broadcast_create(
         raise
     body = {"id": str(broadcast.id), "status": broadcast.status}
     with transaction.atomic():
-        if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=broadcast.created_at):
+        if not idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=broadcast.created_at):
             replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=broadcast.created_at)
             if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
                 raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")

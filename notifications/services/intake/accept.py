@@ -1,13 +1,19 @@
-"""Accepting a notification exactly once per (client, idempotency key), and cancelling one."""
+"""Accepting a notification exactly once per (client, idempotency key), and cancelling one.
+
+Accept is one pipeline, each step one call, in this order: the recipient (and the category), the
+address or the fallback route, the content, the consent, then the digest (a member is sent as part
+of its digest), the cap (what will be sent on its own takes a slot of its recipient's cap) and the
+write (the key, the digest membership and the row in one transaction, the publish after it).
+``notification_build`` runs the steps up to the consent; the batch accept and a broadcast's
+fan-out build their notifications with it too.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -15,37 +21,20 @@ from django.utils import timezone
 
 from ... import metrics, tracing
 from ...channels import recipient_address, validate_address
-from ...conf import get_config
-from ...errors import (
-    IdempotencyConflict,
-    IdempotencyInFlight,
-    InvalidTransition,
-    ValidationFailed,
-)
-from ...models import (
-    DEFAULT_CATEGORY,
-    ApiClient,
-    Category,
-    IdempotencyKey,
-    IdempotencyKeyState,
-    Notification,
-    Priority,
-    Recipient,
-    Status,
-    StatusEventType,
-)
+from ...errors import IdempotencyInFlight, InvalidTransition, ValidationFailed
+from ...models import DEFAULT_CATEGORY, ApiClient, Category, Notification, Priority, Recipient, Status, StatusEventType
 from ...selectors import category_get, notification_get, recipient_and_category, recipients_by_user_id
-from ...sql import insert_or_nothing
 from ..digests.close import digest_member_cancel
 from ..digests.join import DigestRequest, digest_join, digest_member_mark, digest_member_request
-from ..policy.caps import recipient_cap_take
-from ..policy.consent import consent_at_accept
+from ..policy.caps import CapSlot, recipient_cap_take
+from ..policy.consent import Consent, consent_at_accept
 from ..policy.content import NotificationContent, requested_content
 from ..policy.preferences import category_for_client
-from ..policy.routing import route_plan
+from ..policy.routing import Hop, route_hops, route_planned
 from ..policy.suppressions import addresses_suppressed_reasons
 from ..records.outbox import notification_enqueued_state, notification_publish
 from ..records.status_events import status_event_record
+from .idempotency import AcceptResult, idempotency_claim, idempotency_replay
 
 logger = logging.getLogger("notifications.services")
 
@@ -70,20 +59,6 @@ class NotificationRequest:
     channels: tuple[str, ...] = ()
     # Gathered with the recipient's others of the same key and sent as one (services/digests.py).
     digest: DigestRequest | None = None
-
-
-@dataclass(frozen=True)
-class AcceptResult:
-    status_code: int
-    body: dict[str, Any]
-    replayed: bool
-    notification_id: str
-
-
-def request_fingerprint(payload: Any) -> str:
-    """SHA-256 of the request body in canonical JSON, so key order and spacing do not matter."""
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def notification_accept(
@@ -111,16 +86,25 @@ def notification_accept(
         if replay is not None:
             return replay
         raise
-    now = notification.created_at
     digest_member_mark(notification=notification, request=request)
     cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
+    return accept_write(notification=notification, request=request, key=key, fingerprint=fingerprint, cap_slot=cap_slot)
+
+
+def accept_write(
+    *, notification: Notification, request: NotificationRequest, key: str, fingerprint: str, cap_slot: CapSlot
+) -> AcceptResult:
+    """The accept's one write transaction: the key with its final answer, the digest membership
+    and the notification already in its enqueued state; its publish (or its suppressed event)
+    after the commit. A key already taken replays its answer and gives the cap slot back."""
+    now = notification.created_at
     delay_seconds = notification_enqueued_state(notification, now=now)
     body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
     try:
         with transaction.atomic():
-            if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=now):
+            if not idempotency_claim(client=notification.client, key=key, fingerprint=fingerprint, body=body, now=now):
                 cap_slot.release()  # a replay sends nothing new
-                replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=now)
+                replay = idempotency_replay(client=notification.client, key=key, fingerprint=fingerprint, now=now)
                 if replay is None:  # pragma: no cover - the key vanished between the conflict and the read
                     raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
                 return replay
@@ -137,57 +121,6 @@ def notification_accept(
         cap_slot.release()  # nothing was written (a failed statement, the commit, a timeout): nothing will be sent
         raise
     return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
-
-
-def _idempotency_claim(*, client: ApiClient, key: str, fingerprint: str, body: dict[str, Any], now: datetime) -> bool:
-    """Insert the key with its final answer; False when a live key is there already. An expired
-    key is replaced in place (only here, on the conflict, so the usual case is one INSERT)."""
-    values = idempotency_key_row(client=client, key=key, fingerprint=fingerprint, body=body, now=now)
-    if insert_or_nothing(IdempotencyKey, values, conflict_fields=("client_id", "key")):
-        return True
-    replaced = IdempotencyKey.objects.filter(client=client, key=key, expires_at__lte=now).update(
-        **{name: value for name, value in values.items() if name not in ("client_id", "key")}
-    )
-    return bool(replaced)
-
-
-def idempotency_key_row(*, client: ApiClient, key: str, fingerprint: str, body: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """A key's row as it is written: already completed, with the answer it replays."""
-    return {
-        "client_id": client.pk,
-        "key": key,
-        "fingerprint": fingerprint,
-        "state": IdempotencyKeyState.COMPLETED,
-        "response_status": 202,
-        "response_body": body,
-        "created_at": now,
-        "expires_at": now + timedelta(seconds=get_config().idempotency_key_ttl_seconds),
-    }
-
-
-def idempotency_replay(*, client: ApiClient, key: str, fingerprint: str, now: datetime) -> AcceptResult | None:
-    """The stored answer of a live key (422 for another body); None when there is none."""
-    record = IdempotencyKey.objects.filter(client=client, key=key, expires_at__gt=now).first()
-    return None if record is None else idempotency_answer(record, fingerprint=fingerprint)
-
-
-def idempotency_answer(record: IdempotencyKey, *, fingerprint: str) -> AcceptResult:
-    """What a stored key answers a request with ``fingerprint``: its replay, or 422 for another body."""
-    key = record.key
-    if record.fingerprint != fingerprint:
-        raise IdempotencyConflict(
-            "this Idempotency-Key was already used with a different request body",
-            extra={"idempotency_key": key},
-        )
-    if record.state != IdempotencyKeyState.COMPLETED:  # a key left by a version that claimed first
-        raise IdempotencyInFlight(
-            "a request with this Idempotency-Key is still being processed; retry shortly",
-            extra={"idempotency_key": key},
-        )
-    body = dict(record.response_body or {})
-    return AcceptResult(
-        status_code=record.response_status or 202, body=body, replayed=True, notification_id=str(body.get("id", ""))
-    )
 
 
 @dataclass(frozen=True)
@@ -207,7 +140,7 @@ def accept_lookups(*, client: ApiClient, requests: list[NotificationRequest]) ->
     for request in requests:
         recipient = recipients.get(request.user_id)
         if request.channels:
-            continue  # a route reads the suppressions of its channels' addresses itself (route_plan)
+            continue  # a route reads the suppressions of its channels' addresses itself (accept_target)
         address = request.to or (recipient_address(recipient, request.channel) if recipient else "")
         try:
             addresses.append((request.channel, validate_address(request.channel, address, field="to")))
@@ -224,79 +157,149 @@ def notification_build(
     """The notification the request asks for, validated, addressed, rendered and checked against
     its recipient's consent (suppressed, or held to the end of quiet hours), not yet saved; its
     recipient and suppression read from ``lookups`` when a batch read them for all its items."""
+    recipient, category = accept_recipient(client=client, request=request, lookups=lookups)
+    target = accept_target(client=client, request=request, recipient=recipient, category=category)
+    contents = accept_contents(client=client, request=request, recipient=recipient, category=category, target=target)
+    now = timezone.now()
+    consent = accept_consent(
+        client=client, request=request, recipient=recipient, category=category, target=target, now=now, lookups=lookups
+    )
+    return notification_new(
+        client=client,
+        request=request,
+        idempotency_key=idempotency_key,
+        category=category,
+        target=target,
+        contents=contents,
+        consent=consent,
+        now=now,
+    )
+
+
+def accept_recipient(
+    *, client: ApiClient, request: NotificationRequest, lookups: AcceptLookups | None
+) -> tuple[Recipient | None, Category]:
+    """The recipient (None: none stored, ``to`` must say where) and the category, read together."""
     if lookups is None:
         recipient, category = recipient_and_category(client=client, user_id=request.user_id, category_key=request.category)
     else:
         recipient, category = lookups.recipients.get(request.user_id), category_get(client=client, key=request.category)
     if category is None:
         category = category_for_client(client=client, key=request.category)  # raises, naming the field
+    return recipient, category
+
+
+@dataclass(frozen=True)
+class AcceptTarget:
+    """Where the notification goes: one channel's address, or a fallback route's channels checked in
+    order (``hops``), the first that can be tried made current (``channel``, ``address``; when none
+    can, the route's first channel and no address)."""
+
+    channel: str
+    address: str
+    hops: tuple[Hop, ...] = ()
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return tuple(hop.channel for hop in self.hops) or (self.channel,)
+
+    @property
+    def first(self) -> Hop | None:
+        return next((hop for hop in self.hops if not hop.skipped_reason), None)
+
+
+def accept_target(
+    *, client: ApiClient, request: NotificationRequest, recipient: Recipient | None, category: Category
+) -> AcceptTarget:
+    """The address (``to``, else the recipient's stored one; ValidationFailed when there is none),
+    or, for ``channels``, each channel checked against the recipient's addresses, preferences and
+    the client's suppression list."""
     if request.channels:
-        return _notification_build_routed(
-            client=client, request=request, idempotency_key=idempotency_key, recipient=recipient, category=category
-        )
-    if request.to:
-        address = validate_address(request.channel, request.to, field="to")
-    else:
-        stored = recipient_address(recipient, request.channel) if recipient else ""
-        if not stored:
+        if request.to:
             raise ValidationFailed(
-                f"no {request.channel} address is known for user {request.user_id!r}: give 'to' or store one "
-                f"with PUT /api/v1/recipients/{request.user_id}",
+                "give the recipient's addresses with PUT /api/v1/recipients/{user_id}: 'to' is one channel's address, "
+                "and 'channels' uses the stored address of each",
                 extra={"field": "to"},
             )
-        address = validate_address(request.channel, stored, field="to")
-    content = requested_content(
-        request, client=client, recipient=recipient, category=category, user_id=request.user_id, channel=request.channel
-    )
-    now = timezone.now()
-    due_at = max(request.send_at, now) if request.send_at else now
-    consent = consent_at_accept(
+        hops = tuple(route_hops(client_id=client.pk, channels=list(request.channels), recipient=recipient, category=category))
+        first = next((hop for hop in hops if not hop.skipped_reason), None)
+        return AcceptTarget(first.channel if first else request.channels[0], first.address if first else "", hops)
+    if request.to:
+        return AcceptTarget(request.channel, validate_address(request.channel, request.to, field="to"))
+    stored = recipient_address(recipient, request.channel) if recipient else ""
+    if not stored:
+        raise ValidationFailed(
+            f"no {request.channel} address is known for user {request.user_id!r}: give 'to' or store one "
+            f"with PUT /api/v1/recipients/{request.user_id}",
+            extra={"field": "to"},
+        )
+    return AcceptTarget(request.channel, validate_address(request.channel, stored, field="to"))
+
+
+def accept_contents(
+    *, client: ApiClient, request: NotificationRequest, recipient: Recipient | None, category: Category, target: AcceptTarget
+) -> dict[str, NotificationContent]:
+    """What each channel of the target sends, rendered now: a route's channels all at accept, so
+    moving on to the next one renders nothing."""
+    return {
+        channel: requested_content(
+            request, client=client, recipient=recipient, category=category, user_id=request.user_id, channel=channel
+        )
+        for channel in target.channels
+    }
+
+
+def accept_consent(
+    *,
+    client: ApiClient,
+    request: NotificationRequest,
+    recipient: Recipient | None,
+    category: Category,
+    target: AcceptTarget,
+    now: datetime,
+    lookups: AcceptLookups | None,
+) -> Consent:
+    """Suppressed (the preferences, the suppression list; a route none of whose channels can be
+    tried), held to the end of quiet hours, or neither. A route's channels were checked against
+    the preferences and the suppression list by accept_target; only quiet hours are left."""
+    due_at = _due_at(request, now)
+    if target.hops:
+        first = target.first
+        if first is None:
+            return Consent(suppressed_reason=str(target.hops[0].skipped_reason)[:16])
+        return consent_at_accept(category=category, recipient=recipient, channel=first.channel, due_at=due_at)
+    return consent_at_accept(
         category=category,
         recipient=recipient,
-        channel=request.channel,
+        channel=target.channel,
         due_at=due_at,
         client_id=client.pk,
-        address=address,
+        address=target.address,
         suppressions=lookups.suppressions if lookups is not None else None,
     )
-    return _notification_new(
-        client=client,
-        request=request,
-        idempotency_key=idempotency_key,
-        category=category,
-        channel=request.channel,
-        address=address,
-        content=content,
-        status=Status.SUPPRESSED if consent.suppressed_reason else Status.ACCEPTED,
-        suppressed_reason=consent.suppressed_reason,
-        # The end of the recipient's quiet hours when it falls in them; the sweeper sends it then.
-        next_attempt_at=consent.hold_until or due_at,
-        now=now,
-    )
 
 
-def _notification_new(
+def notification_new(
     *,
     client: ApiClient,
     request: NotificationRequest,
     idempotency_key: str,
     category: Category,
-    channel: str,
-    address: str,
-    content: NotificationContent,
-    now: Any,
-    **decided: Any,
+    target: AcceptTarget,
+    contents: dict[str, NotificationContent],
+    consent: Consent,
+    now: datetime,
 ) -> Notification:
-    """The notification an accept writes, from its request, its content and what was decided
-    (``status``, ``suppressed_reason``, ``next_attempt_at``, ``route``): built, not saved, since
-    notification_accept writes it in the same transaction as its key."""
+    """The notification an accept writes, from its request and what its steps decided: built, not
+    saved, since accept_write writes it in the same transaction as its key."""
+    route = route_planned(target.hops, contents).route if target.hops else []
     return Notification(
         id=uuid.uuid4(),
         client=client,
         user_id=request.user_id,
-        channel=channel,
-        address=address,
-        **content.notification_fields(),
+        channel=target.channel,
+        address=target.address,
+        **contents[target.channel].notification_fields(),
         category=category,
         metadata=request.metadata,
         priority=request.priority,
@@ -304,50 +307,16 @@ def _notification_new(
         idempotency_key=idempotency_key,
         trace_id=tracing.current_trace_id(),
         created_at=now,
-        **decided,
+        status=Status.SUPPRESSED if consent.suppressed_reason else Status.ACCEPTED,
+        suppressed_reason=consent.suppressed_reason,
+        # The end of the recipient's quiet hours when it falls in them; the sweeper sends it then.
+        next_attempt_at=consent.hold_until or _due_at(request, now),
+        route=route,
     )
 
 
-def _notification_build_routed(
-    *, client: ApiClient, request: NotificationRequest, idempotency_key: str, recipient: Recipient | None, category: Category
-) -> Notification:
-    """A fallback notification (``channels``): its content rendered for every channel of the route,
-    its route planned against the recipient's addresses and preferences, the first channel that
-    can be tried made current; suppressed when none can."""
-    if request.to:
-        raise ValidationFailed(
-            "give the recipient's addresses with PUT /api/v1/recipients/{user_id}: 'to' is one channel's address, "
-            "and 'channels' uses the stored address of each",
-            extra={"field": "to"},
-        )
-    contents = {
-        channel: requested_content(
-            request, client=client, recipient=recipient, category=category, user_id=request.user_id, channel=channel
-        )
-        for channel in request.channels
-    }
-    plan = route_plan(client=client, recipient=recipient, category=category, contents=contents)
-    channel = plan.first.channel if plan.first is not None else request.channels[0]
-    content = contents[channel]
-    now = timezone.now()
-    due_at = max(request.send_at, now) if request.send_at else now
-    hold_until = None
-    if plan.first is not None:
-        hold_until = consent_at_accept(category=category, recipient=recipient, channel=channel, due_at=due_at).hold_until
-    return _notification_new(
-        client=client,
-        request=request,
-        idempotency_key=idempotency_key,
-        category=category,
-        channel=channel,
-        address=plan.first.address if plan.first is not None else "",
-        content=content,
-        status=Status.SUPPRESSED if plan.first is None else Status.ACCEPTED,
-        suppressed_reason=plan.suppressed_reason,
-        next_attempt_at=hold_until or due_at,
-        now=now,
-        route=plan.route,
-    )
+def _due_at(request: NotificationRequest, now: datetime) -> datetime:
+    return max(request.send_at, now) if request.send_at else now
 
 
 def notification_cancel(*, client: ApiClient, notification_id: Any) -> Notification:

@@ -23,15 +23,8 @@ from ..policy.caps import CapSlot, recipient_cap_take
 from ..policy.template_budget import render_pool
 from ..records.outbox import notification_enqueued_state, notifications_publish
 from ..records.status_events import status_event_record
-from .accept import (
-    AcceptResult,
-    NotificationRequest,
-    accept_lookups,
-    idempotency_answer,
-    idempotency_key_row,
-    notification_accept,
-    notification_build,
-)
+from .accept import NotificationRequest, accept_lookups, notification_accept, notification_build
+from .idempotency import AcceptResult, idempotency_answer, idempotency_key_row
 
 
 @dataclass(frozen=True)

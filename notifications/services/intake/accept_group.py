@@ -41,8 +41,9 @@ from ...conf import get_config
 from ...errors import NotificationError
 from ...logging import current_request_id
 from ...models import ApiClient
-from .accept import AcceptResult, NotificationRequest, notification_accept
+from .accept import NotificationRequest, notification_accept
 from .accept_batch import BatchItem, notification_accept_batch_into
+from .idempotency import AcceptResult
 
 logger = logging.getLogger("notifications.services")
 

@@ -12,8 +12,9 @@ from django.utils import timezone
 
 from ...conf import get_config
 from ...models import ProcessedEvent
-from .accept import NotificationRequest, notification_accept, request_fingerprint
+from .accept import NotificationRequest, notification_accept
 from .clients import api_client_get_or_create
+from .idempotency import request_fingerprint
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ so two workers can never both advance it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -128,9 +129,15 @@ def route_plan(
 ) -> RoutePlan:
     """The route of a new notification over ``contents``' channels, in their order: each channel
     skipped or pending, and the first pending one to try."""
+    hops = route_hops(client_id=client.pk, channels=list(contents), recipient=recipient, category=category)
+    return route_planned(hops, contents)
+
+
+def route_planned(hops: Sequence[Hop], contents: dict[str, NotificationContent]) -> RoutePlan:
+    """The route of checked ``hops`` (route_hops) with each channel's content: each entry skipped
+    or pending, and the first pending one to try."""
     route: list[dict[str, Any]] = []
     first: Hop | None = None
-    hops = route_hops(client_id=client.pk, channels=list(contents), recipient=recipient, category=category)
     for hop, content in zip(hops, contents.values(), strict=True):
         if first is None and not hop.skipped_reason:
             first = hop
