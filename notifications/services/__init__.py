@@ -17,6 +17,7 @@ the actors, the events or the API): ``accept_group`` (group commit) -> ``accept_
 
 from __future__ import annotations
 
+from ..selectors import address_suppressed_reason, addresses_suppressed_reasons
 from .delivery.dead_letters import (
     RedriveResult,
     dead_letter_discard,
@@ -71,12 +72,7 @@ from .intake.idempotency import AcceptResult, request_fingerprint
 from .policy.caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
 from .policy.preferences import category_upsert, recipient_preferences_replace
 from .policy.quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check
-from .policy.suppressions import (
-    address_suppressed_reason,
-    addresses_suppressed_reasons,
-    suppression_delete,
-    suppression_remove,
-)
+from .policy.suppressions import suppression_delete, suppression_remove
 from .policy.templates import (
     VARIANT_FIELDS,
     RenderedMessage,

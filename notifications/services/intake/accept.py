@@ -23,7 +23,13 @@ from ... import metrics, tracing
 from ...channels import recipient_address, validate_address
 from ...errors import IdempotencyInFlight, InvalidTransition, ValidationFailed
 from ...models import DEFAULT_CATEGORY, ApiClient, Category, Notification, Priority, Recipient, Status, StatusEventType
-from ...selectors import category_get, notification_get, recipient_and_category, recipients_by_user_id
+from ...selectors import (
+    addresses_suppressed_reasons,
+    category_get,
+    notification_get,
+    recipient_and_category,
+    recipients_by_user_id,
+)
 from ..digests.close import digest_member_cancel
 from ..digests.join import DigestRequest, digest_join, digest_member_mark, digest_member_request
 from ..policy.caps import CapSlot, recipient_cap_take
@@ -31,7 +37,6 @@ from ..policy.consent import Consent, consent_at_accept
 from ..policy.content import NotificationContent, requested_content
 from ..policy.preferences import category_for_client
 from ..policy.routing import Hop, route_hops, route_planned
-from ..policy.suppressions import addresses_suppressed_reasons
 from ..records.outbox import notification_enqueued_state, notification_publish
 from ..records.status_events import status_event_record
 from .idempotency import AcceptResult, idempotency_claim, idempotency_replay

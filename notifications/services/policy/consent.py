@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from ...models import Category, Recipient
+from ...selectors import address_suppressed_reason
 from .preferences import suppressed_reason
 from .quiet_hours import quiet_hours_end
-from .suppressions import address_suppressed_reason
 
 
 @dataclass(frozen=True)

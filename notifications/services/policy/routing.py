@@ -27,10 +27,10 @@ from django.utils import timezone
 from ...channels import recipient_address, validate_address
 from ...errors import ValidationFailed
 from ...models import ApiClient, Category, Notification, Recipient, Status, SuppressedReason
+from ...selectors import addresses_suppressed_reasons
 from ..records.outbox import notification_publish
 from .content import NotificationContent
 from .preferences import suppressed_reason
-from .suppressions import addresses_suppressed_reasons
 
 logger = logging.getLogger("notifications.services")
 
