@@ -27,7 +27,7 @@ PG_URL = "postgres://postgres@127.0.0.1:5432"
 BROKER_URL = f"amqp://guest:guest@127.0.0.1:5672/{VHOST}"
 LOG_DIR = Path(f"/tmp/bench-{RUN_ID}")
 NOOP_PROVIDER = "bench.noop_provider.NoopProvider"
-EMAIL_PROVIDER = "notifications.channels.email.provider.DjangoEmailProvider"
+EMAIL_PROVIDER = "notifications.channels.email.DjangoEmailProvider"
 UNLIMITED = "email=1000000/s,sms=1000000/s,push=1000000/s,webhook=1000000/s"
 
 # As deployed (deploy/production.env.example) where it matters for speed: DEBUG off, JSON logs at

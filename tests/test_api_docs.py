@@ -21,8 +21,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from notifications import services
+from notifications.channels.sms.feedback import twilio_signature
 from notifications.models import ApiClient
-from notifications.services.feedback.provider_feedback import twilio_signature
 from notifications.services.policy.unsubscribe import UnsubscribeTarget, unsubscribe_token
 
 from .factories import make_recipient

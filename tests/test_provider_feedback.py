@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 from notifications import services
 from notifications.channels import OutgoingMessage
 from notifications.channels.providers import get_provider
+from notifications.channels.sms.feedback import twilio_signature
 from notifications.models import (
     ApiClient,
     Notification,
@@ -29,7 +30,6 @@ from notifications.models import (
     Suppression,
     SuppressionReason,
 )
-from notifications.services.feedback.provider_feedback import twilio_signature
 
 from .factories import accept_notification, make_api_client, make_recipient
 from .fakes import (  # noqa: F401  (fixtures)
