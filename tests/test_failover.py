@@ -198,7 +198,7 @@ def test_sms_failover_accounts_are_named_by_their_sid_and_default_to_the_primary
 
         (_, _), (name, provider) = failover_providers("sms")
         assert name == "AC2" and provider.account() == "AC2"  # type: ignore[attr-defined]
-        assert provider._config().twilio_from_number == "+15005550006"  # type: ignore[attr-defined]
+        assert provider.twilio_account().from_number == "+15005550006"  # type: ignore[attr-defined]
 
 
 def test_email_backups_are_named_by_login_and_relay_so_a_shared_login_is_not_the_primarys_circuit() -> None:

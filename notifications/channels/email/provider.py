@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import smtplib
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connection
 
 from ..base import OutgoingMessage, PermanentChannelError, SendResult, TransientChannelError
+from .settings import backup_relay
 
 
 class _ConnectionPerThread:
@@ -53,6 +55,10 @@ class DjangoEmailProvider:
         # use_ssl for the backend's connection instead of the EMAIL_* settings.
         self._connections = _ConnectionPerThread(**connection_settings)
         self._username = connection_settings.get("username")
+
+    @classmethod
+    def for_failover_account(cls, settings: Mapping[str, Any]) -> DjangoEmailProvider:
+        return cls(**backup_relay(settings))
 
     def account(self) -> str:
         return str(self._username if self._username is not None else getattr(settings, "EMAIL_HOST_USER", ""))

@@ -14,6 +14,7 @@ from ...conf import get_config
 from ...errors import ValidationFailed
 from ...models import ProviderStatus, SuppressionReason
 from ..feedback import CallbackRejected, ProviderReport, as_uuid
+from .settings import auth_tokens
 
 PROVIDER = "Twilio"
 # Twilio's MessageStatus values (https://www.twilio.com/docs/messaging/api/message-resource#message-status-values)
@@ -63,10 +64,7 @@ def twilio_status_report(*, request_url: str, path: str, params: Mapping[str, li
     config = get_config()
     urls = {request_url} | ({config.provider_callback_base_url + path} if config.provider_callback_base_url else set())
     candidates = {variant for url in urls for variant in _port_variants(url)}
-    # Twilio signs with the auth token of the account that sent the message: the primary's, or a
-    # backup's (SMS_FAILOVER_ACCOUNTS) for a message sent while the primary's circuit was open.
-    backups = [str(account.settings.get("auth_token") or "") for account in config.failover_accounts.get("sms", ())]
-    tokens = list(dict.fromkeys(token for token in (config.twilio_auth_token, *backups) if token))
+    tokens = auth_tokens()
     if not signature or not any(
         hmac.compare_digest(twilio_signature(url=url, params=params, auth_token=token).encode(), signature.encode())
         for url in candidates

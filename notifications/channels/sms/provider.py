@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ...conf import NotificationsConfig, get_config
+from ...conf import get_config
 from ..base import OutgoingMessage, SendResult
 from ..http import ERROR_TEXT_LIMIT, json_object, provider_post, require_settings
+from .settings import TwilioAccount, backup_account, primary_account
 
 PROVIDER = "Twilio"
-# Where Twilio posts a message's status changes (api/provider_callbacks.py), under PUBLIC_BASE_URL.
+# Where Twilio posts a message's status changes (callbacks.py), under PUBLIC_BASE_URL.
 STATUS_CALLBACK_PATH = "/api/v1/providers/twilio/status"
 
 
@@ -36,39 +37,42 @@ def status_callback_url(notification_id: str) -> str:
 
 
 class TwilioSmsProvider:
-    def __init__(self, **account_settings: Any) -> None:
-        # A failover account (SMS_FAILOVER_ACCOUNTS): its twilio_* settings instead of TWILIO_*.
-        self.account_settings = account_settings
+    def __init__(self, account: TwilioAccount | None = None) -> None:
+        # A failover account (SMS_FAILOVER_ACCOUNTS); None: the primary, TWILIO_* as set at each send.
+        self._account = account
 
-    def _config(self) -> NotificationsConfig:
-        config = get_config()
-        return dataclasses.replace(config, **self.account_settings) if self.account_settings else config
+    @classmethod
+    def for_failover_account(cls, settings: Mapping[str, Any]) -> TwilioSmsProvider:
+        return cls(backup_account(settings))
+
+    def twilio_account(self) -> TwilioAccount:
+        return self._account or primary_account()
 
     def account(self) -> str:
-        return self._config().twilio_account_sid
+        return self.twilio_account().account_sid
 
     def send(self, message: OutgoingMessage) -> SendResult:
-        config = self._config()
+        account, config = self.twilio_account(), get_config()
         require_settings(
             "sms",
             {
-                "TWILIO_ACCOUNT_SID": config.twilio_account_sid,
-                "TWILIO_AUTH_TOKEN": config.twilio_auth_token,
-                "TWILIO_FROM_NUMBER": config.twilio_from_number,
+                "TWILIO_ACCOUNT_SID": account.account_sid,
+                "TWILIO_AUTH_TOKEN": account.auth_token,
+                "TWILIO_FROM_NUMBER": account.from_number,
             },
         )
-        sid = config.twilio_account_sid
-        data = {"To": message.address, "From": config.twilio_from_number, "Body": message.body}
+        sid = account.account_sid
+        data = {"To": message.address, "From": account.from_number, "Body": message.body}
         callback = status_callback_url(message.notification_id)
         if callback:
             data["StatusCallback"] = callback
         response = provider_post(
-            f"{config.twilio_api_base}/2010-04-01/Accounts/{quote(sid, safe='')}/Messages.json",
+            f"{account.api_base}/2010-04-01/Accounts/{quote(sid, safe='')}/Messages.json",
             provider=PROVIDER,
             timeout=config.provider_timeout_seconds,
             describe=describe_twilio_error,
             error_code=twilio_error_code,  # a STOP (21610) goes on the suppression list
-            auth=(sid, config.twilio_auth_token),
+            auth=(sid, account.auth_token),
             data=data,
             # Twilio drops a repeat of the same token, so a send retried after a lost answer is not doubled.
             headers={"I-Twilio-Idempotency-Token": message.idempotency_key or message.notification_id},
