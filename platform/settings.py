@@ -15,6 +15,8 @@ import environ
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from . import api_docs, log_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -271,53 +273,7 @@ REST_FRAMEWORK = {
     # so a client cannot pick its address with a header of its own.
     "NUM_PROXIES": env.int("API_NUM_PROXIES", default=0),
 }
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Notification platform API",
-    "DESCRIPTION": "Accept, track and cancel email, SMS, push and webhook notifications.\n\n"
-    "Every /api/v1/ call but the providers' carries `Authorization: Bearer <token>`, a token an operator makes with "
-    '`manage.py create_api_client <name>`. Every error answers `{"error": {"code", "message", "field", '
-    '"details"}}`; a 429 or 503 says in Retry-After when to try again. Each request example here can be sent as it '
-    "is once what it names exists (the recipient user-42, the template welcome, the topic product-news).",
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
-    "SERVE_AUTHENTICATION": [],
-    "COMPONENT_SPLIT_REQUEST": True,
-    # Every operation sits under one of these (notifications/api/schema.py api_operation files an
-    # operation under the tag its operation_id starts with), shown in this order in /api/docs/.
-    "TAGS": [
-        {"name": "notifications", "description": "Send one notification (or a batch), follow it, cancel it."},
-        {
-            "name": "recipients",
-            "description": "The people you notify, by your own user_id: their addresses, locale, timezone, quiet hours "
-            "and preferences; the one-click unsubscribe link of their emails.",
-        },
-        {"name": "templates", "description": "Messages written once per channel and locale, rendered with data."},
-        {
-            "name": "categories",
-            "description": "What a notification is about: opt-in or opt-out by default, critical or not, capped per recipient.",
-        },
-        {"name": "topics", "description": "Named lists of your recipients that a broadcast goes to."},
-        {"name": "broadcasts", "description": "One message to every subscriber of a topic, and its progress."},
-        {"name": "suppressions", "description": "Addresses not sent to after a hard bounce, a complaint or a STOP."},
-        {"name": "client", "description": "Your API client: its status webhook and the secret that signs it."},
-        {
-            "name": "providers",
-            "description": "Delivery status from the providers (Twilio, Mailgun), signed by them; not for API clients.",
-        },
-        {"name": "health", "description": "Liveness and readiness probes, without a token."},
-    ],
-    # Swagger UI and ReDoc from our own static files: pinned, and working without the internet.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    # Named, not hashed: a broadcast's status is another choice set than a notification's.
-    "ENUM_NAME_OVERRIDES": {
-        "BroadcastStatusEnum": "notifications.models.broadcasts.BroadcastStatus",
-        "NotificationStatusEnum": "notifications.models.notifications.Status",
-        "ChannelEnum": "notifications.models.content.Channel",
-    },
-}
+SPECTACULAR_SETTINGS = api_docs.SPECTACULAR_SETTINGS
 
 # --- The notification platform's own options: read here, unset ones None; the defaults, types and
 # checks are in notifications/conf.py.
@@ -409,35 +365,4 @@ OTEL_TRACES_EXPORTER = env.str("OTEL_TRACES_EXPORTER", default="")
 # --- Logging ------------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOG_FORMAT = env.str("LOG_FORMAT", default="json")
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {
-        "json": {"()": "notifications.logging.JsonFormatter"},
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-    },
-    "filters": {"startup_banner": {"()": "notifications.logging.StartupBanner"}},
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
-    },
-    "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {
-        # Replace Django's default handlers (a plain-text console in DEBUG), or every django.*
-        # line would print twice: once plain, once as JSON through the root.
-        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        # One line per request, notifications.request's (api/middleware.py): runserver's own
-        # request lines are dropped, and Django's "Not Found"/"Bad Request" warnings too (a 5xx's
-        # error report, with its traceback, stays).
-        "django.server": {"handlers": [], "level": "CRITICAL", "propagate": False},
-        "django.request": {"level": "ERROR"},
-        "axes.apps": {"filters": ["startup_banner"]},
-        "django.db.backends": {"level": "INFO"},
-        "pika": {"level": "WARNING"},
-        # pika warns on every Channel.Close, including the 404 of the scrape-time queue-size probe
-        # for a queue nobody declared yet; whoever owns the channel reports real failures.
-        "pika.channel": {"level": "ERROR"},
-        # gunicorn's error lines go through the same handler (JSON) once Django is set up in its
-        # worker. Its access log is off (gunicorn.conf.py): the request's line is ours.
-        "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
-    },
-}
+LOGGING = log_config.logging_config(level=LOG_LEVEL, log_format=LOG_FORMAT)

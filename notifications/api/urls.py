@@ -3,7 +3,9 @@
 from django.urls import include, path
 
 from ..channels import CHANNELS
-from . import broadcasts, categories, client, preferences, recipients, suppressions, templates, topics, views
+from . import client, recipients, templates, views
+from .consent import categories, preferences, suppressions
+from .fanout import broadcasts, topics
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),

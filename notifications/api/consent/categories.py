@@ -8,12 +8,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import selectors, services
-from ..errors import NotFound
-from ..models import Category
-from .schema import api_operation, request_example
-from .serializers import RefusesUnknownFields, StrictBooleanField, StrictIntegerField
-from .views import _client, _require_object
+from ... import selectors, services
+from ...errors import NotFound
+from ...models import Category
+from ..schema import api_operation, request_example
+from ..serializers import RefusesUnknownFields, StrictBooleanField, StrictIntegerField
+from ..views import _client, _require_object
 
 CATEGORY_KEY = OpenApiParameter(
     "key",

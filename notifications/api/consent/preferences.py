@@ -10,12 +10,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import selectors, services
-from ..channels import CHANNEL_NAMES
-from ..models import Recipient
-from .schema import api_operation, request_example
-from .serializers import RefusesUnknownFields, StrictBooleanField
-from .views import USER_ID, _client, _path_user_id, _require_object
+from ... import selectors, services
+from ...channels import CHANNEL_NAMES
+from ...models import Recipient
+from ..schema import api_operation, request_example
+from ..serializers import RefusesUnknownFields, StrictBooleanField
+from ..views import USER_ID, _client, _path_user_id, _require_object
 
 # {"sms": false}: each channel the registry declares, true or false.
 CHANNELS_SCHEMA = {

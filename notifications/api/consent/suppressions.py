@@ -10,11 +10,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import selectors, services
-from ..models import Channel, Suppression
-from .pagination import NewestFirstPagination
-from .schema import api_operation
-from .views import _client
+from ... import selectors, services
+from ...models import Channel, Suppression
+from ..pagination import NewestFirstPagination
+from ..schema import api_operation
+from ..views import _client
 
 
 class SuppressionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]

@@ -18,8 +18,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import services
-from ..errors import ValidationFailed
+from ... import services
+from ...errors import ValidationFailed
 
 PAGE = "notifications/unsubscribe.html"
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}

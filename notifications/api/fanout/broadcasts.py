@@ -10,12 +10,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import selectors, services
-from ..errors import ValidationFailed
-from ..models import DEFAULT_CATEGORY, Broadcast, BroadcastStatus, Channel, Priority
-from .schema import api_operation, request_example
-from .serializers import ContentRules, RefusesUnknownFields, StrictCharField, locale_field
-from .views import IDEMPOTENCY_HEADER, MAX_KEY_LENGTH, REPLAYED_HEADER, _client, _require_object
+from ... import selectors, services
+from ...errors import ValidationFailed
+from ...models import DEFAULT_CATEGORY, Broadcast, BroadcastStatus, Channel, Priority
+from ..schema import api_operation, request_example
+from ..serializers import ContentRules, RefusesUnknownFields, StrictCharField, locale_field
+from ..views import IDEMPOTENCY_HEADER, MAX_KEY_LENGTH, REPLAYED_HEADER, _client, _require_object
 
 BROADCAST_ID = OpenApiParameter("broadcast_id", str, OpenApiParameter.PATH, description="The broadcast's id (a UUID).")
 NOT_FOUND = "This client has no broadcast with this id."

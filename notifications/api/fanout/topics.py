@@ -8,13 +8,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import selectors, services
-from ..errors import NotFound
-from ..models import Topic
-from ..services.fanout.topics import MAX_SUBSCRIBE, MAX_USER_ID_LENGTH
-from .schema import api_operation, request_example
-from .serializers import RefusesUnknownFields, StrictCharField
-from .views import USER_ID, _client, _path_user_id, _require_object
+from ... import selectors, services
+from ...errors import NotFound
+from ...models import Topic
+from ...services.fanout.topics import MAX_SUBSCRIBE, MAX_USER_ID_LENGTH
+from ..schema import api_operation, request_example
+from ..serializers import RefusesUnknownFields, StrictCharField
+from ..views import USER_ID, _client, _path_user_id, _require_object
 
 TOPIC_KEY = OpenApiParameter(
     "key",
