@@ -253,7 +253,7 @@ def test_provider_errors_that_say_the_account_cannot_send_are_account_level(erro
 def test_smtp_replies_530_and_535_are_account_level_as_raised_by_the_email_channel(
     smtp_error: Exception, account_level: bool
 ) -> None:
-    """The email channel raises its channel error from smtplib's (channels/email.py)."""
+    """The email channel raises its channel error from smtplib's (channels/email/provider.py)."""
     try:
         try:
             raise smtp_error

@@ -340,7 +340,7 @@ def test_a_mailgun_hard_bounce_or_complaint_suppresses_the_address_and_the_next_
     notification.refresh_from_db()
     assert notification.provider_status == status
     assert Suppression.objects.get(client=client, channel="email", address="ann@example.com").reason == reason
-    # The client's status webhook hears of it (services/status_events.py).
+    # The client's status webhook hears of it (services/records/status_events.py).
     assert StatusEvent.objects.filter(notification=notification, type=f"notification.{status}").count() == 1
     again = accept_notification(client, to="ann@example.com")
     assert (again.status, again.suppressed_reason) == (Status.SUPPRESSED, reason)

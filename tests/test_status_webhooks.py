@@ -420,7 +420,7 @@ def test_a_posted_event_is_not_posted_again_by_a_duplicate_message(receiver: Fak
 def test_status_events_and_webhook_deliveries_are_one_signed_post_of_the_webhook_channel(
     receiver: FakeProviderServer, db: None
 ) -> None:
-    """One function signs and posts both (channels/webhook.py): what the README says a receiver
+    """One function signs and posts both (channels/webhook/provider.py): what the README says a receiver
     checks holds for a webhook delivery and a status event alike."""
     from notifications.channels.webhook.provider import webhook_post_signed
 

@@ -24,9 +24,9 @@ class ApiClient(models.Model):
     )
     is_active = models.BooleanField(default=True)
     webhook_secret = models.CharField(max_length=64, default="", blank=True, help_text="Signs webhook deliveries (HMAC-SHA256).")
-    # Where the client's status events go (services/status_events.py); empty: none are made.
+    # Where the client's status events go (services/records/status_events.py); empty: none are made.
     status_webhook_url = models.CharField(max_length=2000, blank=True, default="")
-    # Per-client limits (services/limits.py); empty: the setting of the same name in capitals.
+    # Per-client limits (services/policy/limits.py); empty: the setting of the same name in capitals.
     topic_subscribers_max = models.PositiveIntegerField(
         null=True,
         blank=True,

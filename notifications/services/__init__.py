@@ -7,12 +7,11 @@ delayed message dropped by dramatiq #545, a worker killed mid-send) is found aga
 :func:`notification_sweep`. A broker message is only ever a hint to look at a row now; the claim
 in :func:`notification_deliver` makes a duplicate hint harmless.
 
-Modules point one way (import-linter checks there is no cycle among them, and that none imports
-the actors, the events or the API): ``accept_group`` (group commit) -> ``accept_batch`` -> ``accept`` -> ``content``/``consent``
--> ``outbox``; ``delivery`` -> ``consent``/``outcomes`` -> ``dead_letters`` -> ``outbox``;
-``sweeper`` -> ``outcomes``/``outbox``; ``status_events`` (status webhooks) is called by
-``accept``, ``consent``, ``outcomes`` and ``sweeper`` and imports none of them;
-``sweeper`` -> ``broadcasts`` (fan-out) -> ``accept``/``consent``/``content``/``outbox``.
+The operations live in one folder per stage, layered (import-linter checks it, and that no
+service imports the actors, the events or the API), each ``__init__.py`` stating its rule: the
+sweeper on top, then fanout/ (topics, broadcasts), intake/ (accept, idempotency, clients),
+digests/, delivery/ and feedback/, policy/ (content, consent, caps, routes), records/ (outbox,
+status events). This module is their facade; docs/architecture.md is the map.
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ def webhook_post_signed(
     """POST ``body`` (JSON) to ``url``, vetted by the SSRF guard, signed with ``secret`` over
     ``timestamp`` (X-Timestamp, X-Signature) and carrying ``Idempotency-Key``; the answer's status
     and headers on 2xx, else the channel error it means (``provider`` names the receiver in it).
-    The webhook channel and the status webhooks (services/status_events.py) both post this way.
+    The webhook channel and the status webhooks (services/records/status_events.py) both post this way.
 
     The lookup, connect, send and the whole answer share one deadline, WEBHOOK_TIMEOUT_SECONDS: a
     receiver that trickles its answer is cut there (a transient ``timeout``)."""

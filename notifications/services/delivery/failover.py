@@ -64,7 +64,7 @@ def provider_error_is_account_level(exc: BaseException) -> bool:
     so sends move to a backup account, though the message itself fails permanently.
 
     Read from our channel error (its ``code`` "not_configured", its ``http_status``) and the SMTP
-    reply it was raised from (channels/email.py keeps smtplib's error as its cause)."""
+    reply it was raised from (channels/email/provider.py keeps smtplib's error as its cause)."""
     if isinstance(exc, ChannelError) and (exc.code == "not_configured" or exc.extra.get("http_status") in ACCOUNT_HTTP_STATUSES):
         return True
     seen: set[int] = set()

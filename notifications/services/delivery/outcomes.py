@@ -146,7 +146,7 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
     delay = retry_delay_seconds(channel=notification.channel, attempt_number=attempts, retry_after=retry_after)
     now = timezone.now()
     # A short backoff is a delayed broker message, published after this commit with no further
-    # write; a long one waits in the row for the sweeper (see services/outbox.py).
+    # write; a long one waits in the row for the sweeper (see services/records/outbox.py).
     publish = delay <= get_config().broker_delay_max_seconds
     if not claim_finish(
         notification.pk,

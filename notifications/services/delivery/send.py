@@ -1,6 +1,6 @@
 """Delivering notifications: take send slots, claim the rows, call the provider, record.
 
-One notification or a batch (a message carries the ids enqueued together, services/outbox.py)
+One notification or a batch (a message carries the ids enqueued together, services/records/outbox.py)
 go the same way, in chunks: one query reads what consent needs, one ``UPDATE ... RETURNING``
 (with the attempts' insert) claims a chunk, each notification is sent on its own (its own
 attempt row, rate-limit slot and span), and one transaction records the chunk's deliveries.
@@ -253,7 +253,7 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
         html_body=notification.html_message,
         headers=notification.headers,
     )
-    # Provider failover: the first account of the channel whose circuit is not open (services/failover.py).
+    # Provider failover: the first account of the channel whose circuit is not open (services/delivery/failover.py).
     attempt.account, provider = provider_for_send(notification.channel)
     started = time.monotonic()
     with tracing.provider_span(notification, attempt.number) as span:

@@ -27,7 +27,7 @@ def consent_before_send(*, notification_id: Any, pending: PendingDelivery, now: 
     no provider call, no rate-limit slot for either; each is one conditional UPDATE, so a cancel
     or another worker's claim in between wins cleanly. A fallback notification withheld on its
     channel moves on to its next one instead (``fallback``); only its last is suppressed."""
-    # The address bounced or complained since accept (services/suppressions.py): never sent.
+    # The address bounced or complained since accept (services/policy/suppressions.py): never sent.
     reason = pending.suppression_reason
     consent = Consent()
     # A notification accepted before categories existed is sent as it was accepted.

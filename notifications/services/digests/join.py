@@ -44,7 +44,7 @@ class DigestRequest:
 
 
 class _Requested(Protocol):
-    """What this module reads of a NotificationRequest (services/accept.py, which imports this one)."""
+    """What this module reads of a NotificationRequest (services/intake/accept.py, which imports this one)."""
 
     @property
     def digest(self) -> DigestRequest | None: ...

@@ -84,7 +84,7 @@ class NotificationBuilder:
         return notification
 
     def _build_routed(self, recipient: Recipient) -> Notification:
-        """A fallback route is planned by the single accept's own build (services/routing.py)."""
+        """A fallback route is planned by the single accept's own build (services/policy/routing.py)."""
         broadcast = self.broadcast
         request = NotificationRequest(
             user_id=recipient.user_id,

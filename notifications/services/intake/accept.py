@@ -60,9 +60,9 @@ class NotificationRequest:
     data: dict[str, Any] = field(default_factory=dict)
     category: str = DEFAULT_CATEGORY
     locale: str = ""  # else the recipient's, else DEFAULT_LOCALE
-    # A fallback route instead of ``channel``: tried in order until one delivers (services/routing.py).
+    # A fallback route instead of ``channel``: tried in order until one delivers (services/policy/routing.py).
     channels: tuple[str, ...] = ()
-    # Gathered with the recipient's others of the same key and sent as one (services/digests.py).
+    # Gathered with the recipient's others of the same key and sent as one (services/digests/close.py).
     digest: DigestRequest | None = None
 
 

@@ -33,7 +33,7 @@ class BatchItem:
     idempotency_key: str
     fingerprint: str
     # The OpenTelemetry context of the request the item came from, when items of one batch came
-    # from separate requests (services/accept_group.py): each is built and published in its own.
+    # from separate requests (services/intake/accept_group.py): each is built and published in its own.
     trace_context: Any = None
     request_id: str = ""  # the X-Request-ID of that request, for the log lines written for the item
 

@@ -40,7 +40,7 @@ def api_client_create(*, name: str) -> tuple[ApiClient, str]:
 
 
 def api_client_limits_set(*, client: ApiClient, topic_subscribers_max: int | None, broadcasts_per_hour_max: int | None) -> None:
-    """Set the client's own limits (services/limits.py); None: the setting's default. Only these
+    """Set the client's own limits (services/policy/limits.py); None: the setting's default. Only these
     two columns are written, so nothing else of the client changes with them."""
     for name, value in (("topic_subscribers_max", topic_subscribers_max), ("broadcasts_per_hour_max", broadcasts_per_hour_max)):
         if value is not None and value < 1:

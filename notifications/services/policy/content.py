@@ -82,7 +82,7 @@ def notification_content(
     rendered with ``data`` (``subject`` still overrides). Every non-critical email carries the
     one-click unsubscribe headers; templates get the same link as ``unsubscribe_url`` ("" for a
     critical category, which nobody can opt out of). ``variants``: the template's variants of
-    ``channel`` read already, by a caller building many notifications (services/templates.py)."""
+    ``channel`` read already, by a caller building many notifications (services/policy/templates.py)."""
     if bool(message) == bool(template):
         field_name = "template" if message else "message"
         raise ValidationFailed("give either message, or template with data (not both)", extra={"field": field_name})

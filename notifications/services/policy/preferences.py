@@ -29,7 +29,7 @@ def category_upsert(
     *, client: ApiClient, key: str, critical: bool, default_enabled: bool, max_per_recipient: Any = None
 ) -> tuple[Category, bool]:
     """Create or replace the client's category ``key``. A platform category of that key stays as it
-    is for every other client; this client's own now shadows it. ``max_per_recipient``: see services/caps.py."""
+    is for every other client; this client's own now shadows it. ``max_per_recipient``: see services/policy/caps.py."""
     key_check(key, field="category")
     values = {
         "critical": critical,

@@ -18,7 +18,7 @@ from ...sql import insert_or_nothing
 logger = logging.getLogger("notifications.services")
 
 # What a provider's permanent refusal says about the address itself, by channel and the
-# ``provider_code`` its channel module keeps on the error (channels/sms.py, channels/push.py).
+# ``provider_code`` its channel module keeps on the error (channels/sms/provider.py, channels/push/provider.py).
 PERMANENT_ERROR_REASONS: dict[tuple[str, str], str] = {
     ("sms", "21610"): SuppressionReason.UNSUBSCRIBED_SMS,  # Twilio: the recipient replied STOP
     ("push", "UNREGISTERED"): SuppressionReason.UNREGISTERED,  # FCM: the app was uninstalled, the token expired
