@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
+# Where `make run` serves: `make run ADDRESS=127.0.0.1:8010` when 8000 is taken.
+ADDRESS ?= 127.0.0.1:8000
 
 .PHONY: run test test-fast lint format install lock migrate demo bench clean
 
@@ -20,11 +22,11 @@ migrate: install
 	$(PY) manage.py migrate --no-input -v0
 
 demo: migrate
-	$(PY) manage.py bootstrap_demo
+	$(PY) manage.py bootstrap_demo --address $(ADDRESS)
 
-## Bring up API, admin, workers, sweeper (and the event consumer on RabbitMQ) on 127.0.0.1:8000.
+## Bring up API, admin, workers, sweeper (and the event consumer on RabbitMQ) on $(ADDRESS).
 run: demo
-	$(PY) manage.py runplatform
+	$(PY) manage.py runplatform --addrport $(ADDRESS)
 
 ## Lint, type-check, the fast tier, then the whole suite against the real PostgreSQL, RabbitMQ and Redis.
 test: install lint

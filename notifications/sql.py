@@ -66,12 +66,11 @@ def _on_conflict(conflict_fields: tuple[str, ...]) -> str:
 def insert_many_or_nothing(
     model: type[models.Model], rows: list[dict[str, Any]], *, conflict_fields: tuple[str, ...], returning: str
 ) -> set[Any]:
-    """``insert_rows_or_nothing`` for hundreds of rows. On PostgreSQL one array parameter per
-    column that varies (``INSERT ... SELECT * FROM unnest(%s::type[], ...)``) and one plain
-    parameter per column that is the same in every row, so the statement has a few dozen
-    placeholders whatever the rows: a VALUES list of 500 rows of 30 columns has 15,000, which
-    psycopg parses again on every execution (~0.2 s a batch), and each would be prepared on its own.
-    Elsewhere (SQLite), the multi-row VALUES."""
+    """``insert_rows_or_nothing`` for hundreds of rows. On PostgreSQL the rows travel as one JSON
+    parameter (``INSERT ... SELECT ... FROM jsonb_to_recordset(%s)``, see ``_insert_select``), so
+    the statement has one placeholder whatever the rows: a VALUES list of 500 rows of 30 columns
+    has 15,000, which psycopg parses again on every execution, and each would be prepared on its
+    own. Elsewhere (SQLite), the multi-row VALUES."""
     if not rows or connection.vendor != "postgresql":
         return insert_rows_or_nothing(model, rows, conflict_fields=conflict_fields, returning=returning)
     insert, params = _insert_select(model, rows)

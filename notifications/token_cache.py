@@ -1,9 +1,9 @@
 """API tokens that authenticated recently, remembered by this process, and forgotten by every
 process the moment a client changes.
 
-Every API request used to read its client by token hash from PostgreSQL and take and give back a
-failed-authentication slot in Redis: three round trips before the request's own work. A token
-seen valid within ``API_TOKEN_CACHE_SECONDS`` skips the read and the slot. What is remembered is
+Without it every API request would read its client by token hash from PostgreSQL and take and
+give back a failed-authentication slot in Redis: three round trips before the request's own work.
+A token seen valid within ``API_TOKEN_CACHE_SECONDS`` skips the read and the slot. What is remembered is
 the client as read, so it must never outlive a change to it: rotating or revoking a token,
 deactivating a client, setting its status webhook URL or its limits goes through
 ``api_client_changed``, which (once the change commits) publishes on a Redis channel every web

@@ -86,8 +86,7 @@ class _RecordedWhenProcessed(Sampler):
 
     Until then a span is the SDK's non-recording span: it has its trace and span ids, which the
     notification and the log lines carry, but no attributes, events or timing are kept for
-    nobody. Recording them cost about a twentieth of an accept's web CPU (``make bench``
-    profile). With processors, the sampler the OTEL_TRACES_SAMPLER variables choose decides. A
+    nobody, which would be CPU spent on the accept path for nothing. With processors, the sampler the OTEL_TRACES_SAMPLER variables choose decides. A
     trace begun by a process that does not export arrives unsampled, so a process that exports
     continues it unrecorded, as with any sampled-out parent.
     """
@@ -205,8 +204,8 @@ class RequestSpanMiddleware:
     else only the span itself, for its ids.
 
     Unrecorded, OpenTelemetry's middleware still resolves the URL a second time for the span's
-    name, gathers a dozen request attributes and times the request for metrics nobody reads:
-    about a twentieth of an accept's web CPU (``make bench`` profile). The span it would make is
+    name, gathers a dozen request attributes and times the request for metrics nobody reads
+    (docs/performance.md has what that costs an accept). The span it would make is
     the same non-recording one: the caller's traceparent continued, or a new trace, current while
     the view runs, so the notification and the log lines carry its ids, and the message its
     context. Switches to the full middleware as soon as something processes spans (a test's

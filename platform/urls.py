@@ -5,6 +5,7 @@ from pathlib import Path
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from notifications.api.consent.unsubscribe import UnsubscribeView
@@ -20,6 +21,8 @@ def favicon(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
+    # The address runserver prints and the admin's "View site" links to: the API's own docs.
+    path("", RedirectView.as_view(pattern_name="api-docs"), name="home"),
     path("api/v1/", include("notifications.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

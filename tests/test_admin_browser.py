@@ -73,7 +73,7 @@ def test_support_logs_in_opens_the_dlq_clicks_retry_and_the_notification_is_deli
     row.locator("button.retry-button").click()
 
     expect(page.locator("ul.messagelist li.success")).to_have_text("1 retried, 0 skipped")
-    # The README's picture: the dead letters right after a retry, with its message. Refreshed in
+    # docs/operations.md's picture: the dead letters right after a retry, with its message. Refreshed in
     # docs/ only when asked, so a test run leaves the checkout clean.
     screenshot = SCREENSHOT if os.environ.get("UPDATE_SCREENSHOTS") else tmp_path / SCREENSHOT.name
     page.screenshot(path=str(screenshot), full_page=True)

@@ -65,9 +65,14 @@ def manage_py_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("NOTIFICATIONS_RATE_LIMITS", "fax=1/s", "NOTIFICATIONS_RATE_LIMITS: unknown channel 'fax'"),
         ("NOTIFICATIONS_RETRY_POLICIES", "sms=2:1:3", "NOTIFICATIONS_RETRY_POLICIES: 'sms=2:1:3' is not"),
         ("RETENTION_DAYS", "0", "RETENTION_DAYS must be at least 1, got 0"),
-        ("SENDING_TIMEOUT_SECONDS", "0", "SENDING_TIMEOUT_SECONDS must be at least 1, got 0.0"),
+        ("SENDING_TIMEOUT_SECONDS", "0", "SENDING_TIMEOUT_SECONDS must be at least 1, got 0"),
         ("SENDING_TIMEOUT_SECONDS", "10", "SENDING_TIMEOUT_SECONDS (10) must be longer than WEBHOOK_TIMEOUT_SECONDS (10)"),
         ("WEBHOOK_CONCURRENCY_PER_CLIENT", "0", "WEBHOOK_CONCURRENCY_PER_CLIENT must be at least 1, got 0"),
+        ("BROADCAST_BATCH_SIZE", "5000", "BROADCAST_BATCH_SIZE must be at most 1000, got 5000"),
+        ("RETRY_MAX_ATTEMPTS", "lots", "RETRY_MAX_ATTEMPTS: 'lots' is not a whole number"),
+        # The project's own options (read by platform/settings.py) are refused the same way.
+        ("EMAIL_PORT", "0", "EMAIL_PORT must be at least 1, got 0"),
+        ("DEBUG", "maybe", "DEBUG: 'maybe' is not true or false"),
     ],
 )
 def test_an_invalid_setting_in_the_environment_fails_manage_py_check_with_one_line_naming_it(

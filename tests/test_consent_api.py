@@ -140,7 +140,7 @@ def test_invalid_preferences_are_400_naming_the_entry(api: APIClient, categories
     assert response.json()["error"]["field"] == field
 
 
-# Every row of the README's resolution table: most specific first, then the category's default.
+# Every row of docs/api.md's resolution table: most specific first, then the category's default.
 @pytest.mark.parametrize(
     ("category", "preferences", "expected"),
     [

@@ -41,11 +41,11 @@ HOOK_PATH = "/hook"
 EVENT_KEYS = {"event_id", "type", "notification_id", "status", "channel", "occurred_at"}
 
 
-def readme_verify() -> Callable[..., bool]:
-    """The README's five lines that verify a signature, run as they are written there."""
-    section = (ROOT / "README.md").read_text().split("## Status webhooks", 1)[1]
+def documented_verify() -> Callable[..., bool]:
+    """docs/api.md's five lines that verify a signature, run as they are written there."""
+    section = (ROOT / "docs" / "api.md").read_text().split("## Status webhooks", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None, "the README's Status webhooks section has no python block"
+    assert code is not None, "docs/api.md's Status webhooks section has no python block"
     lines = [line for line in code.group(1).splitlines() if line.strip()]
     assert len(lines) <= 5, lines
     namespace: dict[str, Any] = {}
@@ -99,7 +99,7 @@ def subscribed_client(receiver: FakeProviderServer) -> tuple[ApiClient, str]:
 
 
 def assert_signed_event(request: RecordedRequest, secret: str, **expected: str) -> dict[str, Any]:
-    verify = readme_verify()
+    verify = documented_verify()
     assert verify(secret, request.headers["x-timestamp"], request.headers["x-signature"], request.body)
     assert not verify("another-secret", request.headers["x-timestamp"], request.headers["x-signature"], request.body)
     payload = request.json
@@ -420,7 +420,7 @@ def test_a_posted_event_is_not_posted_again_by_a_duplicate_message(receiver: Fak
 def test_status_events_and_webhook_deliveries_are_one_signed_post_of_the_webhook_channel(
     receiver: FakeProviderServer, db: None
 ) -> None:
-    """One function signs and posts both (channels/webhook/provider.py): what the README says a receiver
+    """One function signs and posts both (channels/webhook/provider.py): what docs/api.md says a receiver
     checks holds for a webhook delivery and a status event alike."""
     from notifications.channels.webhook.provider import webhook_post_signed
 
@@ -438,7 +438,7 @@ def test_status_events_and_webhook_deliveries_are_one_signed_post_of_the_webhook
     delivery, status_post, direct = receiver.requests
     assert status == 200 and direct.headers["idempotency-key"] == "k-1"
     assert_signed_event(status_post, secret, type="notification.bounced")
-    verify = readme_verify()
+    verify = documented_verify()
     for request in (delivery, direct):
         assert verify(secret, request.headers["x-timestamp"], request.headers["x-signature"], request.body)
     assert delivery.headers["idempotency-key"] == str(notification.pk)

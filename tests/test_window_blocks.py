@@ -178,7 +178,7 @@ def test_a_threaded_server_serves_every_request_under_the_rate_taking_one_block_
 def test_what_a_process_holds_back_stays_under_a_block_whatever_its_threads(
     transactional_db: None, monkeypatch: pytest.MonkeyPatch, rate: str, pools: str
 ) -> None:
-    # The README's bound: at most block - 1 slots per process and client are counted in the
+    # The bound docs/operations.md gives: at most block - 1 slots per process and client are counted in the
     # shared window and not yet handed out, with 8 threads (8 Redis clients) taking them; also
     # when each thread's client has a pool of its own, as django-redis makes for threads that
     # start together (gunicorn's: its pool cache is filled without a lock).

@@ -133,7 +133,9 @@ class NotificationCollectionView(APIView):
         {
             202: AcceptedSerializer,
             400: BAD_CONTENT,
-            409: "The same Idempotency-Key is still being processed (rare: a concurrent request waits and replays); retry shortly.",
+            409: "Never for a request racing another with the same Idempotency-Key (it waits and replays the first's "
+            "answer): only when the key is stored without its answer (state processing) or was purged at that "
+            "moment; retry shortly.",
             413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
             422: "The same Idempotency-Key came with a different body.",
         },

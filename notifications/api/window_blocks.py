@@ -1,10 +1,9 @@
 """What a web process keeps between requests so that a known client's request needs no Redis call.
 
-Every request of a known token used to make one Redis round trip to count the client's request.
-Through redis-py that round trip cost about a tenth of an accept's web CPU (profiled under
-``make bench``). Blocks of a client's window now spare it on most requests: a process takes the
-client's window slots from the shared count in blocks (one INCRBY of ``block_for(rate)``) and
-hands them out itself, to any of its threads. The shared count includes every slot handed to
+Counting each request in Redis would cost every request of a known client a round trip (what
+that costs an accept: docs/performance.md). Blocks of a client's window spare it on most
+requests: a process takes the client's window slots from the shared count in blocks (one INCRBY
+of ``block_for(rate)``) and hands them out itself, to any of its threads. The shared count includes every slot handed to
 any process, so the web tier together never lets more than the rate through. What a process
 holds and has not used yet is refused to the others until the window ends: at most ``block - 1``
 per process and client (one block is fetched at a time, and only once the last is used up; the

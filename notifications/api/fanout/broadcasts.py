@@ -116,7 +116,9 @@ class BroadcastCollectionView(APIView):
             202: BroadcastAcceptedSerializer,
             400: "A field or the Idempotency-Key is invalid, the topic or category unknown, the template has no variant "
             "for the channel or uses a variable data lacks; `field` names it.",
-            409: "The same Idempotency-Key is still being processed; retry shortly.",
+            409: "Never for a request racing another with the same Idempotency-Key (it waits and replays the first's "
+            "answer): only when the key is stored without its answer (state processing) or was purged at that "
+            "moment; retry shortly.",
             413: "The body is over the upload limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
             422: "The same Idempotency-Key came with a different body (or was used for a notification).",
             429: "Over the client's request rate (API_THROTTLE_RATE), or over the broadcasts it may start in an hour "

@@ -18,8 +18,9 @@ class Command(BaseCommand):
         parser.add_argument("--username", default="admin")
         parser.add_argument("--password", default="admin")
         parser.add_argument("--client", default="demo")
+        parser.add_argument("--address", default="127.0.0.1:8000", help="Where `make run` serves (its ADDRESS).")
 
-    def handle(self, *args: Any, username: str, password: str, client: str, **options: Any) -> None:
+    def handle(self, *args: Any, username: str, password: str, client: str, address: str, **options: Any) -> None:
         user_model = get_user_model()
         user, created = user_model.objects.get_or_create(username=username, defaults={"is_staff": True, "is_superuser": True})
         if created:
@@ -32,7 +33,8 @@ class Command(BaseCommand):
             # Only the hash is stored, so a fresh token is the only way to print a working one.
             token = services.api_client_rotate_token(client=api_client)
         self.stdout.write(
-            f"Admin:      http://127.0.0.1:8000/admin/  user {username!r}"
+            f"API docs:   http://{address}/api/docs/\n"
+            f"Admin:      http://{address}/admin/  user {username!r}"
             + (f" password {password!r}" if created else " (existing password)")
         )
         self.stdout.write(f"API client: {api_client.name!r}")

@@ -74,7 +74,7 @@ class Command(BaseCommand):
     def _run_with_services(self, addrport: str) -> None:
         base_dir = settings.BASE_DIR
         manage = [sys.executable, str(base_dir / "manage.py")]
-        # `python -m gunicorn` from the repo root, so `platform` is the project package (README).
+        # `python -m gunicorn` from the repo root, so `platform` is the project package (docs/operations.md).
         gunicorn = [sys.executable, "-m", "gunicorn", "--config", str(base_dir / "gunicorn.conf.py"), "--bind", addrport]
         commands = {
             "web": [*gunicorn, "platform.wsgi:application"],

@@ -40,7 +40,7 @@ __all__ = [
 
 logger = logging.getLogger("notifications.services")
 
-# The provider statuses a client's status webhook hears of (README, "Status webhooks").
+# The provider statuses a client's status webhook hears of (docs/api.md, "Status webhooks").
 STATUS_EVENT_TYPES: dict[str, str] = {
     ProviderStatus.BOUNCED: StatusEventType.BOUNCED,
     ProviderStatus.COMPLAINED: StatusEventType.COMPLAINED,

@@ -72,8 +72,7 @@ def idempotency_answer(record: IdempotencyKey, *, fingerprint: str) -> AcceptRes
             "this Idempotency-Key was already used with a different request body",
             extra={"idempotency_key": key},
         )
-    # Keys are written completed; one that is not was claimed before its answer was known.
-    if record.state != IdempotencyKeyState.COMPLETED:
+    if record.state != IdempotencyKeyState.COMPLETED:  # claimed without an answer: nothing to replay yet
         raise IdempotencyInFlight(
             "a request with this Idempotency-Key is still being processed; retry shortly",
             extra={"idempotency_key": key},

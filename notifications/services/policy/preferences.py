@@ -57,7 +57,7 @@ def suppressed_reason(*, category: Category, channel: str, preferences: dict[str
     """Why the recipient's ``preferences`` forbid ``channel`` for ``category``; "" when they allow it.
 
     Most specific first: category+channel, category, channel, then the category's default. A
-    critical category is always allowed (security codes must arrive). See the README's table.
+    critical category is always allowed (security codes must arrive). See docs/api.md's table.
     """
     if category.critical:
         return ""
