@@ -97,7 +97,7 @@ def test_a_worker_thread_sends_its_emails_over_one_kept_smtp_connection_and_reco
     smtp_server: LocalSmtpServer,
 ) -> None:
     from notifications.channels import OutgoingMessage
-    from notifications.channels.email.provider import DjangoEmailProvider
+    from notifications.channels.email import DjangoEmailProvider
 
     provider = DjangoEmailProvider()
 
