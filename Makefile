@@ -42,6 +42,7 @@ lint: install
 	$(PY) -m ruff format --check notifications platform tests bench manage.py gunicorn.conf.py
 	$(PY) -m mypy notifications platform
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_house.py notifications platform
 
 format: install
 	$(PY) -m ruff check --fix notifications platform tests bench manage.py gunicorn.conf.py

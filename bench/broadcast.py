@@ -93,7 +93,7 @@ def _topic(client: Any, key: str, subscribers: int) -> None:
     from notifications.models import Recipient, TopicSubscription
 
     services.topic_upsert(client=client, key=key, name=key)
-    topic_id = services.topics.topic_for_client(client=client, key=key).pk
+    topic_id = services.fanout.topics.topic_for_client(client=client, key=key).pk
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(

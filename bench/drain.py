@@ -85,7 +85,7 @@ def backlog_publish(ids: list[str]) -> None:
 
     from notifications.broker_batch import messages_publish
     from notifications.conf import get_config
-    from notifications.services.outbox import delivery_message
+    from notifications.services.records.outbox import delivery_message
 
     size = get_config().delivery_batch_size
     messages = [

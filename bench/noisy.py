@@ -80,7 +80,7 @@ def _clients(url: str, subscribers: int) -> tuple[Any, Any]:
     Recipient.objects.filter(client=a).delete()
     Recipient.objects.bulk_create(Recipient(client=a, user_id=f"a{n}", webhook_url=f"{url}?a{n}") for n in range(subscribers))
     services.topic_upsert(client=a, key="launch", name="launch")
-    topic_id = services.topics.topic_for_client(client=a, key="launch").pk
+    topic_id = services.fanout.topics.topic_for_client(client=a, key="launch").pk
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(

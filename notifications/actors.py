@@ -60,7 +60,7 @@ def _wait_for_send_slot(seconds: float, *, notification_ids: list[str]) -> None:
     dramatiq.get_broker().enqueue(again, delay=max(1, int(max(seconds, backoff) * 1000)))
 
 
-# A message carries one notification id, or several enqueued together (services/outbox.py).
+# A message carries one notification id, or several enqueued together (services/records/outbox.py).
 @dramatiq.actor(
     actor_name=DELIVERY_ROUTES["high"].actor_name, queue_name=DELIVERY_ROUTES["high"].queue_name, priority=0, **_ACTOR_OPTIONS
 )
@@ -80,7 +80,7 @@ def deliver_status_event(event_id: str) -> None:
     services.status_event_deliver(event_id=event_id)
 
 
-# A fan-out runs in slices (services/broadcasts.py FAN_OUT_SLICE_SECONDS) well within the time limit.
+# A fan-out runs in slices (services/fanout/broadcasts.py FAN_OUT_SLICE_SECONDS) well within the time limit.
 @dramatiq.actor(actor_name=BROADCAST_FAN_OUT_ROUTE.actor_name, queue_name=BROADCAST_FAN_OUT_ROUTE.queue_name, **_ACTOR_OPTIONS)
 def fan_out_broadcast(broadcast_id: str, lease: str | None = None) -> None:
     services.broadcast_fan_out(broadcast_id=broadcast_id, lease=lease)

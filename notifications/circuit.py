@@ -9,7 +9,7 @@ all of them), and the probe's outcome closes it or opens it for another cooldown
 
 Each read or write is one Lua script on Redis' own clock. On the embedded default (no Redis, one
 process) the same rules run in memory. When Redis cannot be reached the caller decides (see
-services/failover.py: it fails open to the primary account).
+services/delivery/failover.py: it fails open to the primary account).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from notifications.api.consent.unsubscribe import UnsubscribeView
 from notifications.api.health import LivenessView, ReadinessView
-from notifications.api.unsubscribe import UnsubscribeView
 from notifications.metrics import web_metrics_export
 
 # Browsers ask every page's origin for /favicon.ico; a 404 there is an error in each page's console.

@@ -105,7 +105,7 @@ def _clear_cache() -> Iterator[None]:
 
 def _embedded_state_reset() -> None:
     from notifications import circuit, concurrency, ratelimit
-    from notifications.services import caps
+    from notifications.services.policy import caps
 
     caps._local = caps._LocalLog()
     circuit._local = circuit._LocalCircuits()

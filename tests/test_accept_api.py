@@ -127,11 +127,11 @@ class HeldAccept:
     insert, until released."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, token: str) -> None:
-        from notifications.services import accept
+        from notifications.services.intake import idempotency
 
         self.token, self.entered, self.release = token, threading.Event(), threading.Event()
         self.response = None
-        original = accept.insert_or_nothing
+        original = idempotency.insert_or_nothing
         first = threading.Lock()
 
         def held(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -141,7 +141,7 @@ class HeldAccept:
                 self.release.wait(timeout=20)
             return inserted
 
-        monkeypatch.setattr(accept, "insert_or_nothing", held)
+        monkeypatch.setattr(idempotency, "insert_or_nothing", held)
         self.thread = threading.Thread(target=self._send)
 
     def _send(self) -> None:

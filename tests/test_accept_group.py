@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 
 from notifications.conf import HIGH_QUEUE
 from notifications.models import IdempotencyKey, Notification, Status
-from notifications.services import accept_group
+from notifications.services.intake import accept_group
 from notifications.tracing import TRACE_OPTION, TRACES_OPTION
 
 from .factories import make_api_client, make_template
@@ -428,7 +428,7 @@ def test_a_request_taken_into_a_stuck_group_is_answered_within_the_wait_bound(
 def test_a_failure_after_the_groups_commit_leaves_its_written_members_answered_202(
     groups: tuple[list[int], Callable[[int], None]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from notifications.services import accept_batch
+    from notifications.services.intake import accept_batch
 
     sizes, hold = groups
     _, token = make_api_client()
@@ -452,8 +452,8 @@ def test_each_member_of_a_group_logs_with_its_own_request_id(
     json_log: io.StringIO,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from notifications.services import accept as accept_module
-    from notifications.services import accept_batch
+    from notifications.services.intake import accept as accept_module
+    from notifications.services.intake import accept_batch
 
     sizes, hold = groups
     _, token = make_api_client()

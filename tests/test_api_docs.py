@@ -21,9 +21,9 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from notifications import services
+from notifications.channels.sms.feedback import twilio_signature
 from notifications.models import ApiClient
-from notifications.services.provider_feedback import twilio_signature
-from notifications.services.unsubscribe import UnsubscribeTarget, unsubscribe_token
+from notifications.services.policy.unsubscribe import UnsubscribeTarget, unsubscribe_token
 
 from .factories import make_recipient
 from .fakes import TWILIO_TOKEN, override_notifications

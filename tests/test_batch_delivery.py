@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from notifications import services
 from notifications.models import AttemptOutcome, DeadLetter, DeliveryAttempt, Notification, Status
-from notifications.services import delivery
+from notifications.services.delivery import send as delivery
 
 from .factories import make_api_client
 from .fakes import (  # noqa: F401  (fixtures)
@@ -39,7 +39,7 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     def keep(*, notification_ids: list[str], priority: str, delay_seconds: float = 0.0, carriers: object = None) -> None:
         published.extend(notification_ids)
 
-    monkeypatch.setattr(services.outbox, "delivery_message_send", keep)
+    monkeypatch.setattr(services.records.outbox, "delivery_message_send", keep)
     yield published
 
 
@@ -170,11 +170,11 @@ def test_a_sweep_hands_what_is_due_to_the_broker_in_batch_messages(monkeypatch: 
     from django.utils import timezone
 
     published: list[list[str]] = []
-    monkeypatch.setattr(services.outbox, "delivery_message_send", lambda **kwargs: None)  # lost at accept
+    monkeypatch.setattr(services.records.outbox, "delivery_message_send", lambda **kwargs: None)  # lost at accept
     ids = accept_batch(120)
     Notification.objects.filter(pk__in=ids).update(enqueued_at=None, status=Status.ACCEPTED)
     monkeypatch.setattr(
-        services.outbox,
+        services.records.outbox,
         "delivery_message_send",
         lambda *, notification_ids, priority, delay_seconds=0.0, carriers=None: published.append(notification_ids),
     )

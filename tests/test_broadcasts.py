@@ -66,7 +66,7 @@ def post_broadcast(api: APIClient, body: dict[str, Any], key: str = "launch-1") 
     return api.post("/api/v1/broadcasts", body, format="json", HTTP_IDEMPOTENCY_KEY=key)
 
 
-def fan_out_here(broadcast_id: Any) -> services.broadcasts.FanOutReport:
+def fan_out_here(broadcast_id: Any) -> services.fanout.broadcasts.FanOutReport:
     """The fan-out, run in this process to its end (what the actor does, with the lease its
     message would carry: the one the last slice took)."""
     lease = Broadcast.objects.get(pk=broadcast_id).lease
@@ -165,7 +165,7 @@ def test_a_page_built_ahead_from_a_cursor_that_moved_is_given_up_and_the_batch_r
 ) -> None:
     """broadcast_fan_out builds the next page while the last one is written; the write uses it only
     when it starts at the cursor found under the lock."""
-    from notifications.services.broadcasts import _page_build
+    from notifications.services.fanout.broadcasts import _page_build
 
     client = client_and_token[0]
     user_ids = subscribe(client, "news", 10, email="{n}@example.com")
@@ -401,7 +401,7 @@ def test_a_broadcast_with_a_fallback_route_plans_each_subscribers_route_as_a_not
 # --- One fan-out chain at a time, caps, content, SQLite ---------------------------------------------
 
 
-def _run_fan_out_message(queue: Any) -> services.broadcasts.FanOutReport:
+def _run_fan_out_message(queue: Any) -> services.fanout.broadcasts.FanOutReport:
     """Take the next fan-out message off the stub broker's queue and run it as the actor would,
     one batch a slice."""
     message = dramatiq.Message.decode(queue.get_nowait())
@@ -455,7 +455,7 @@ def test_a_second_fan_out_message_exits_at_once_while_a_batch_holds_the_broadcas
         client=client, request=services.BroadcastRequest(topic="news", message="hi"), idempotency_key="k", fingerprint="f"
     )
 
-    def second_message() -> services.broadcasts.FanOutReport:
+    def second_message() -> services.fanout.broadcasts.FanOutReport:
         try:
             return services.broadcast_fan_out(broadcast_id=accepted.notification_id, slice_seconds=600)
         finally:

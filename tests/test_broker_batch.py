@@ -14,7 +14,7 @@ from notifications import services
 from notifications.broker_batch import MessagesReturned, messages_publish
 from notifications.conf import HIGH_QUEUE
 from notifications.models import Notification, Status
-from notifications.services.outbox import delivery_message
+from notifications.services.records.outbox import delivery_message
 from notifications.services.sweeper import notification_sweep
 
 from .factories import make_api_client

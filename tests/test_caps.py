@@ -18,8 +18,9 @@ from rest_framework.test import APIClient
 
 from notifications import services
 from notifications.models import ApiClient, Category, Digest, Notification, Status
-from notifications.services import DigestRequest, caps
-from notifications.services import accept as accept_service
+from notifications.services import DigestRequest
+from notifications.services.intake import accept as accept_service
+from notifications.services.policy import caps
 
 from .factories import accept_notification, make_api_client, make_template
 from .helpers import wait_until

@@ -12,6 +12,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from importlib import import_module
 from typing import Any
 
 import pytest
@@ -22,8 +24,8 @@ from notifications import services
 from notifications.channels import OutgoingMessage, SendResult
 from notifications.channels.http import retry_after_seconds
 from notifications.channels.providers import get_provider
-from notifications.channels.webhook import embedded_ipv4, webhook_target
-from notifications.errors import PermanentChannelError, TransientChannelError
+from notifications.channels.webhook.provider import embedded_ipv4, webhook_target
+from notifications.errors import PermanentChannelError, TransientChannelError, ValidationFailed
 from notifications.models import ApiClient, AttemptOutcome, DeadLetter, DeadLetterReason, DeliveryAttempt, Notification, Status
 
 from .factories import accept_notification, make_api_client
@@ -598,3 +600,62 @@ def test_a_destination_that_always_answers_429_ends_dead_when_its_attempts_run_o
     assert all(gap < 0.9 for gap in gaps), gaps
     assert DeliveryAttempt.objects.filter(notification_id=notification_id).count() == 3
     assert DeadLetter.objects.filter(notification_id=notification_id, reason=DeadLetterReason.RETRIES_EXHAUSTED).count() == 1
+
+
+@pytest.fixture
+def toy_channel(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Adding a channel: its folder (tests/toy_channel/, a provider), and one registry entry."""
+    from notifications.channels import CHANNELS, ChannelSpec, addresses
+    from notifications.channels.providers import failover_providers, get_provider
+    from notifications.conf import get_config
+
+    from .toy_channel import ToyProvider
+
+    monkeypatch.setitem(CHANNELS, "toy", ChannelSpec("toy", addresses.email_address, "email", "tests.toy_channel.ToyProvider"))
+    ToyProvider.sent.clear()
+    get_config.cache_clear()  # the providers of the options are read from the registry
+    yield "toy"
+    monkeypatch.undo()
+    for cache in (get_config, get_provider, failover_providers):
+        cache.cache_clear()
+
+
+def test_a_channel_added_with_one_folder_and_one_registry_entry_accepts_and_delivers(toy_channel: str, db: None) -> None:
+    from .toy_channel import ToyProvider
+
+    client, _ = make_api_client()
+    request = services.NotificationRequest(user_id="u1", channel=toy_channel, to=" Ann@Example.com ", message="Hello, toy")
+    accepted = services.notification_accept(client=client, request=request, idempotency_key="toy-1", fingerprint="f")
+    notification = Notification.objects.get(pk=accepted.notification_id)
+    assert (accepted.status_code, notification.channel, notification.address) == (202, "toy", "Ann@Example.com")
+
+    assert services.notification_deliver(notification_id=notification.pk).outcome == "delivered"
+
+    [sent] = ToyProvider.sent
+    assert (sent.channel, sent.address, sent.body) == ("toy", "Ann@Example.com", "Hello, toy")
+    notification.refresh_from_db()
+    [attempt] = DeliveryAttempt.objects.filter(notification=notification)
+    assert notification.status == Status.DELIVERED and notification.provider_message_id.startswith("toy-")
+    assert (attempt.channel, attempt.outcome, attempt.provider_response) == ("toy", AttemptOutcome.DELIVERED, "kept by the toy")
+
+
+def test_an_address_the_added_channels_validator_refuses_is_a_400_naming_to(toy_channel: str, db: None) -> None:
+    client, _ = make_api_client()
+    request = services.NotificationRequest(user_id="u1", channel=toy_channel, to="not an address", message="Hello, toy")
+    with pytest.raises(ValidationFailed) as refused:
+        services.notification_accept(client=client, request=request, idempotency_key="toy-2", fingerprint="f")
+    assert refused.value.extra == {"field": "to"}
+
+
+def test_a_channels_callback_routes_are_served_from_its_own_folder_as_its_registry_entry_names() -> None:
+    from django.urls import resolve
+
+    from notifications.channels import CHANNELS
+
+    served = {
+        channel: resolve(f"/api/v1/{pattern.pattern}").func.view_class.__module__  # type: ignore[attr-defined]
+        for channel, spec in CHANNELS.items()
+        if spec.callbacks
+        for pattern in import_module(spec.callbacks).urlpatterns
+    }
+    assert served == {"email": "notifications.channels.email.callbacks", "sms": "notifications.channels.sms.callbacks"}

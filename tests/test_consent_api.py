@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from notifications import services
 from notifications.models import DeliveryAttempt, Notification, Status
-from notifications.services.unsubscribe import UnsubscribeTarget, unsubscribe_token
+from notifications.services.policy.unsubscribe import UnsubscribeTarget, unsubscribe_token
 
 from .factories import make_api_client, make_recipient
 from .fakes import LocalSmtpServer, smtp_server_fixture  # noqa: F401  (fixture)

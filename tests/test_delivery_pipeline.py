@@ -36,8 +36,8 @@ from notifications.actors import deliver_notification
 from notifications.conf import BULK_QUEUE, HIGH_QUEUE, get_config
 from notifications.errors import PermanentChannelError, TransientChannelError
 from notifications.models import AttemptOutcome, DeadLetter, DeadLetterReason, Notification, Resolution, Status
-from notifications.services import delivery
-from notifications.services import outcomes as delivery_outcomes
+from notifications.services.delivery import outcomes as delivery_outcomes
+from notifications.services.delivery import send as delivery
 
 from .factories import accept_notification, make_api_client
 from .helpers import ROOT, PlatformProcess, platform_env, wait_until

@@ -20,7 +20,7 @@ from notifications.circuit import OPEN, circuit_allow, circuit_is_open, circuit_
 from notifications.conf import get_config, parse_failover_accounts
 from notifications.errors import PermanentChannelError, TransientChannelError
 from notifications.models import AttemptOutcome, Notification, Status
-from notifications.services import failover
+from notifications.services.delivery import failover
 
 from .factories import accept_notification, make_api_client
 from .fakes import LocalSmtpServer, override_notifications, smtp_server_fixture  # noqa: F401  (fixture)
@@ -198,7 +198,7 @@ def test_sms_failover_accounts_are_named_by_their_sid_and_default_to_the_primary
 
         (_, _), (name, provider) = failover_providers("sms")
         assert name == "AC2" and provider.account() == "AC2"  # type: ignore[attr-defined]
-        assert provider._config().twilio_from_number == "+15005550006"  # type: ignore[attr-defined]
+        assert provider.twilio_account().from_number == "+15005550006"  # type: ignore[attr-defined]
 
 
 def test_email_backups_are_named_by_login_and_relay_so_a_shared_login_is_not_the_primarys_circuit() -> None:
@@ -253,7 +253,7 @@ def test_provider_errors_that_say_the_account_cannot_send_are_account_level(erro
 def test_smtp_replies_530_and_535_are_account_level_as_raised_by_the_email_channel(
     smtp_error: Exception, account_level: bool
 ) -> None:
-    """The email channel raises its channel error from smtplib's (channels/email.py)."""
+    """The email channel raises its channel error from smtplib's (channels/email/provider.py)."""
     try:
         try:
             raise smtp_error

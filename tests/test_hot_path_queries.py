@@ -33,7 +33,7 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Count the delivery messages published after commit without a broker round trip."""
     published: list[str] = []
     monkeypatch.setattr(
-        services.outbox,
+        services.records.outbox,
         "delivery_message_send",
         lambda *, notification_ids, priority, delay_seconds=0.0, carriers=None: published.extend(notification_ids),
     )

@@ -19,7 +19,7 @@ from notifications import services
 from notifications.conf import get_config
 from notifications.errors import TransientChannelError
 from notifications.models import AttemptOutcome, DeliveryAttempt, Notification, Status, StatusEventState
-from notifications.services import status_events
+from notifications.services.records import status_events
 
 from .factories import accept_notification, make_api_client
 from .fakes import (  # noqa: F401

@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 from notifications import services
 from notifications.channels import OutgoingMessage
 from notifications.channels.providers import get_provider
+from notifications.channels.sms.feedback import twilio_signature
 from notifications.models import (
     ApiClient,
     Notification,
@@ -29,7 +30,6 @@ from notifications.models import (
     Suppression,
     SuppressionReason,
 )
-from notifications.services.provider_feedback import twilio_signature
 
 from .factories import accept_notification, make_api_client, make_recipient
 from .fakes import (  # noqa: F401  (fixtures)
@@ -340,7 +340,7 @@ def test_a_mailgun_hard_bounce_or_complaint_suppresses_the_address_and_the_next_
     notification.refresh_from_db()
     assert notification.provider_status == status
     assert Suppression.objects.get(client=client, channel="email", address="ann@example.com").reason == reason
-    # The client's status webhook hears of it (services/status_events.py).
+    # The client's status webhook hears of it (services/records/status_events.py).
     assert StatusEvent.objects.filter(notification=notification, type=f"notification.{status}").count() == 1
     again = accept_notification(client, to="ann@example.com")
     assert (again.status, again.suppressed_reason) == (Status.SUPPRESSED, reason)
@@ -479,7 +479,7 @@ def test_a_mailgun_event_whose_recording_failed_is_taken_when_mailgun_retries_it
     a 503) must not leave Mailgun's retry, which carries the same token, refused as a replay."""
     from django.db import OperationalError
 
-    from notifications.services import provider_feedback
+    from notifications.services.feedback import provider_feedback
 
     client, _ = make_api_client()
     notification = sent_email(client)

@@ -28,8 +28,8 @@ from notifications.models import (
     Status,
     TemplateVariant,
 )
-from notifications.services import digests as digests_module
 from notifications.services import sweeper as sweeper_module
+from notifications.services.digests import close as digests_module
 
 from .factories import accept_notification, make_api_client, make_template
 from .fakes import override_notifications

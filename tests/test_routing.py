@@ -25,8 +25,8 @@ from notifications.models import (
     Status,
     Suppression,
 )
-from notifications.services.content import NotificationContent
-from notifications.services.routing import route_advance, route_plan, route_with_outcome
+from notifications.services.policy.content import NotificationContent
+from notifications.services.policy.routing import route_advance, route_plan, route_with_outcome
 
 from .factories import make_recipient
 from .fakes import (  # noqa: F401  (fixtures)

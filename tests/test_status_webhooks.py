@@ -40,7 +40,7 @@ from notifications.models import (
     StatusEventState,
     webhook_secret_generate,
 )
-from notifications.services import status_events
+from notifications.services.records import status_events
 
 from .factories import accept_notification, make_api_client, make_recipient
 from .fakes import FakeProviderServer, RecordedRequest, Reply, override_notifications, provider_server_fixture  # noqa: F401
@@ -269,7 +269,7 @@ SPEC_SIGNATURE = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
 
 
 def test_the_signature_of_the_spec_example_is_the_one_the_spec_publishes() -> None:
-    from notifications.channels.webhook import standard_webhook_signature
+    from notifications.channels.webhook.provider import standard_webhook_signature
 
     assert standard_webhook_signature(SPEC_SECRET, SPEC_MSG_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD) == SPEC_SIGNATURE
     at = datetime.fromtimestamp(int(SPEC_TIMESTAMP), tz=UTC)
@@ -320,7 +320,7 @@ def test_a_webhook_notification_during_a_rotation_is_signed_with_both_secrets_to
 def test_the_deprecated_x_signature_headers_are_sent_until_the_setting_turns_them_off(
     receiver: FakeProviderServer, db: None
 ) -> None:
-    from notifications.channels.webhook import webhook_post_signed
+    from notifications.channels.webhook.provider import webhook_post_signed
 
     secret = webhook_secret_generate()
     for legacy in (True, False):
@@ -531,9 +531,9 @@ def test_a_posted_event_is_not_posted_again_by_a_duplicate_message(receiver: Fak
 def test_status_events_and_webhook_deliveries_are_one_signed_post_of_the_webhook_channel(
     receiver: FakeProviderServer, db: None
 ) -> None:
-    """One function signs and posts both (channels/webhook.py): what docs/api.md says a receiver
+    """One function signs and posts both (channels/webhook/provider.py): what docs/api.md says a receiver
     checks holds for a webhook delivery and a status event alike."""
-    from notifications.channels.webhook import webhook_post_signed
+    from notifications.channels.webhook.provider import webhook_post_signed
 
     client, secret = subscribed_client(receiver)
     notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))

@@ -25,7 +25,7 @@ ADMIN_URL = "/admin/notifications/suppression/"
 
 
 def suppress(client: ApiClient, address: str, channel: str = "email", reason: str = SuppressionReason.BOUNCED) -> None:
-    assert services.suppressions.suppression_add(client_id=client.pk, channel=channel, address=address, reason=reason)
+    assert services.policy.suppressions.suppression_add(client_id=client.pk, channel=channel, address=address, reason=reason)
 
 
 def test_every_suppression_reason_is_a_suppressed_reason_of_the_notification() -> None:
@@ -35,7 +35,7 @@ def test_every_suppression_reason_is_a_suppressed_reason_of_the_notification() -
 def test_adding_an_address_twice_keeps_the_first_reason() -> None:
     client, _ = make_api_client()
     suppress(client, "ann@example.com", reason=SuppressionReason.BOUNCED)
-    assert not services.suppressions.suppression_add(
+    assert not services.policy.suppressions.suppression_add(
         client_id=client.pk, channel="email", address="ann@example.com", reason=SuppressionReason.COMPLAINED
     )
     assert list(Suppression.objects.values_list("reason", flat=True)) == ["bounced"]
@@ -76,7 +76,7 @@ def test_accepting_to_a_suppressed_address_costs_one_index_probe_and_ends_suppre
 
 def test_a_notification_accepted_before_its_address_bounced_is_suppressed_at_delivery() -> None:
     from notifications.models import DeliveryAttempt
-    from notifications.services.suppressions import suppression_add
+    from notifications.services.policy.suppressions import suppression_add
 
     client, _ = make_api_client()
     notification = accept_notification(client, to="late@example.com")

@@ -13,13 +13,13 @@ from rest_framework.views import APIView
 from .. import selectors, services
 from ..errors import NotFound
 from ..models import Channel, NotificationTemplate, TemplateVariant
-from ..services.templates import MAX_VARIANTS
+from ..services.policy.templates import MAX_VARIANTS
 from .auth import IsApiClient, LiveTokenWrites
 from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField, locale_field, metadata_problem
 from .views import _client, _require_object
 
-# Template and category keys are slugs (services/preferences.py key_check says the same).
+# Template and category keys are slugs (services/policy/preferences.py key_check says the same).
 KEY_PATTERN = r"^[-a-zA-Z0-9_]{1,100}$"
 TEMPLATE_KEY = OpenApiParameter(
     "key",

@@ -1,20 +1,11 @@
 """Routes of the v1 API."""
 
-from django.urls import path
+from django.urls import include, path
 
-from . import (
-    broadcasts,
-    captured,
-    categories,
-    client,
-    preferences,
-    provider_callbacks,
-    recipients,
-    suppressions,
-    templates,
-    topics,
-    views,
-)
+from ..channels import CHANNELS
+from . import captured, client, recipients, templates, views
+from .consent import categories, preferences, suppressions
+from .fanout import broadcasts, topics
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
@@ -34,9 +25,9 @@ urlpatterns = [
     path("broadcasts/<str:broadcast_id>/cancel", broadcasts.BroadcastCancelView.as_view(), name="broadcast-cancel"),
     path("suppressions", suppressions.SuppressionCollectionView.as_view(), name="suppression-list"),
     path("suppressions/<str:address>", suppressions.SuppressionDetailView.as_view(), name="suppression-detail"),
-    # Providers reporting delivery status, authenticated by their own signatures (no API token).
-    path("providers/twilio/status", provider_callbacks.TwilioStatusCallbackView.as_view(), name="provider-twilio-status"),
-    path("providers/mailgun/events", provider_callbacks.MailgunEventView.as_view(), name="provider-mailgun-events"),
+    # Providers reporting delivery status, authenticated by their own signatures (no API token):
+    # each channel's own routes (channels/<name>/callbacks.py), named by its registry entry.
+    *[path("", include(spec.callbacks)) for spec in CHANNELS.values() if spec.callbacks],
     path("client", client.ClientView.as_view(), name="client-detail"),
     path("client/webhook-secret", client.ClientWebhookSecretView.as_view(), name="client-webhook-secret"),
     path("test/messages", captured.CapturedMessageCollectionView.as_view(), name="test-messages"),

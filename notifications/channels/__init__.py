@@ -1,5 +1,6 @@
-"""Channels: the registry (``registry.py``), the provider interface (``base.py``), the provider
-lookup (``providers.py``) and one module per provider."""
+"""Channels: the registry (``registry.py``, the index), the provider interface (``base.py``), the
+provider lookup (``providers.py``) and one folder per channel (its provider, settings, feedback
+parsing and callback view)."""
 
 from __future__ import annotations
 

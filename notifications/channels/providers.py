@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -33,24 +31,12 @@ def provider_account(channel: str) -> str:
     return str(account()) if callable(account) else ""
 
 
-# How a backup account's settings (conf.FailoverAccount) become its provider's constructor arguments.
-_BACKUP_ARGUMENTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "sms": lambda account: {
-        "twilio_account_sid": account["account_sid"],
-        "twilio_auth_token": account["auth_token"],
-        "twilio_from_number": account.get("from_number") or get_config().twilio_from_number,
-        "twilio_api_base": str(account.get("api_base") or get_config().twilio_api_base).rstrip("/"),
-    },
-    # A backup relay is always SMTP, whatever EMAIL_BACKEND the primary uses.
-    "email": lambda account: {"backend": "django.core.mail.backends.smtp.EmailBackend", **account},
-}
-
-
 @functools.cache
 def failover_providers(channel: str) -> tuple[tuple[str, Provider], ...]:
     """The provider accounts of a channel in order, by name: its primary (named by its
     ``account()``, else "primary" when it has backups), then the backups of SMS_FAILOVER_ACCOUNTS / EMAIL_FAILOVER_ACCOUNTS,
-    each built from the channel's built-in provider class with the account's settings."""
+    each built by the channel's built-in provider class from the account's settings
+    (its ``for_failover_account``, in the channel's folder)."""
     backups = get_config().failover_accounts.get(channel, ())
     primary = (provider_account(channel) or ("primary" if backups else ""), get_provider(channel))
     if not backups:
@@ -65,7 +51,7 @@ def failover_providers(channel: str) -> tuple[tuple[str, Provider], ...]:
                 "a backup must be another account (another account SID, SMTP login or relay)"
             )
     provider_class = import_string(CHANNELS[channel].default_provider)
-    return (primary, *((account.name, provider_class(**_BACKUP_ARGUMENTS[channel](account.settings))) for account in backups))
+    return (primary, *((account.name, provider_class.for_failover_account(account.settings)) for account in backups))
 
 
 def _reset_providers(*, setting: str, **kwargs: object) -> None:

@@ -2,9 +2,11 @@
 
 A channel is its name, how its addresses are validated, which ``Recipient`` field holds a
 recipient's address for it, the provider class it uses unless ``<NAME>_PROVIDER`` says otherwise,
-and the rate-limit bucket its sends share. The model's choices, the API's, the settings parsers,
-accept and the recipient store all read this table. To add a channel: a provider module beside
-``email.py`` and one entry here (then ``makemigrations`` for the new choice).
+the rate-limit bucket its sends share and, when its provider reports back, its callback routes.
+The model's choices, the API's and its routes, the settings parsers, accept, delivery and the
+recipient store all read this table. To add a channel: a folder beside ``email/`` (its provider,
+and its callback view and feedback parsing if it has any) and one entry here (then
+``makemigrations`` for the new choice).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class ChannelSpec:
     default_provider: str
     many: bool = False
     rate_limit_key: str = ""
+    # The dotted path of the channel's provider-callback routes (a module with ``urlpatterns``,
+    # served under /api/v1/), when its provider reports delivery status back; "" for none.
+    callbacks: str = ""
 
     @property
     def rate_limit_bucket(self) -> str:
@@ -36,8 +41,20 @@ class ChannelSpec:
 CHANNELS: dict[str, ChannelSpec] = {
     spec.name: spec
     for spec in (
-        ChannelSpec("email", addresses.email_address, "email", "notifications.channels.email.DjangoEmailProvider"),
-        ChannelSpec("sms", addresses.phone_number, "phone", "notifications.channels.sms.TwilioSmsProvider"),
+        ChannelSpec(
+            "email",
+            addresses.email_address,
+            "email",
+            "notifications.channels.email.DjangoEmailProvider",
+            callbacks="notifications.channels.email.callbacks",
+        ),
+        ChannelSpec(
+            "sms",
+            addresses.phone_number,
+            "phone",
+            "notifications.channels.sms.TwilioSmsProvider",
+            callbacks="notifications.channels.sms.callbacks",
+        ),
         ChannelSpec("push", addresses.push_token, "push_tokens", "notifications.channels.push.FcmPushProvider", many=True),
         ChannelSpec("webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.WebhookProvider"),
     )

@@ -56,7 +56,7 @@ class BroadcastStatus(models.TextChoices):
 
 class Broadcast(models.Model):
     """One message to every subscriber of a topic, made into one notification per subscriber by
-    the fan-out (services/broadcasts.py). ``cursor`` is the last subscriber's recipient id already
+    the fan-out (services/fanout/broadcasts.py). ``cursor`` is the last subscriber's recipient id already
     fanned out, advanced in the transaction that inserts its batch, so a crashed fan-out resumes
     exactly there; ``updated_at`` is its heartbeat and ``lease`` its owner."""
 

@@ -23,7 +23,7 @@ def webhook_secret_generate() -> str:
     return WEBHOOK_SECRET_PREFIX + base64.b64encode(secrets.token_bytes(WEBHOOK_SECRET_BYTES)).decode()
 
 
-# A token says its mode: live sends, test captures (services/capture.py). Tokens made before
+# A token says its mode: live sends, test captures (services/delivery/capture.py). Tokens made before
 # modes existed ("ntf_" and no mode) are live.
 LIVE_TOKEN_PREFIX = "ntf_live_"
 TEST_TOKEN_PREFIX = "ntf_test_"
@@ -65,9 +65,9 @@ class ApiClient(models.Model):
     # WEBHOOK_SECRET_GRACE_SECONDS after ``webhook_secret_rotated_at``.
     webhook_secret_previous = models.CharField(max_length=100, default="", blank=True, editable=False)
     webhook_secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
-    # Where the client's status events go (services/status_events.py); empty: none are made.
+    # Where the client's status events go (services/records/status_events.py); empty: none are made.
     status_webhook_url = models.CharField(max_length=2000, blank=True, default="")
-    # Per-client limits (services/limits.py); empty: the setting of the same name in capitals.
+    # Per-client limits (services/policy/limits.py); empty: the setting of the same name in capitals.
     topic_subscribers_max = models.PositiveIntegerField(
         null=True,
         blank=True,

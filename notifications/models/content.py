@@ -52,7 +52,7 @@ class Category(ClientOrPlatformKeyed):
         default=True, help_text="Off: an opt-in category, sent only to recipients whose preferences allow it."
     )
     # {"count": 5, "per_seconds": 3600}: at most that many to one recipient in any such window;
-    # past it a notification is suppressed (throttled). Never for a critical category (services/caps.py).
+    # past it a notification is suppressed (throttled). Never for a critical category (services/policy/caps.py).
     max_per_recipient = models.JSONField(
         null=True,
         blank=True,
@@ -74,7 +74,7 @@ class NotificationTemplate(ClientOrPlatformKeyed):
 
 class TemplateVariant(models.Model):
     """One template's text for one channel in one locale, in the Django template language; checked
-    to compile before it is saved (services/templates.py)."""
+    to compile before it is saved (services/policy/templates.py)."""
 
     template = models.ForeignKey(NotificationTemplate, on_delete=models.CASCADE, related_name="variants")
     channel = models.CharField(max_length=16, choices=Channel.choices)

@@ -30,7 +30,7 @@ class Digest(models.Model):
     """One digest of a recipient's notifications of one ``key``; its members are the notifications
     whose ``digest`` is this one and whose status is ``digested``. The partial unique constraint
     keeps at most one open digest per (client, user_id, key): concurrent accepts insert with
-    ``ON CONFLICT DO NOTHING`` and then join the one row that won (services/digests.py)."""
+    ``ON CONFLICT DO NOTHING`` and then join the one row that won (services/digests/close.py)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")

@@ -48,7 +48,7 @@ class SuppressedReason(models.TextChoices):
     COMPLAINED = "complained"
     UNSUBSCRIBED_SMS = "unsubscribed_sms"
     UNREGISTERED = "unregistered"
-    # Past its category's max_per_recipient (services/caps.py).
+    # Past its category's max_per_recipient (services/policy/caps.py).
     THROTTLED = "throttled"
 
 
@@ -83,7 +83,7 @@ PROVIDER_STATUS_RANK: dict[str, int] = {
 TRANSITIONS: dict[str, frozenset[str]] = {
     Status.ACCEPTED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED}),
     Status.QUEUED: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.SUPPRESSED, Status.ACCEPTED}),
-    # Sending -> queued: a fallback route moving on to its next channel (services/routing.py).
+    # Sending -> queued: a fallback route moving on to its next channel (services/policy/routing.py).
     Status.SENDING: frozenset({Status.DELIVERED, Status.RETRYING, Status.FAILED, Status.DEAD, Status.QUEUED}),
     Status.RETRYING: frozenset({Status.QUEUED, Status.SENDING, Status.CANCELLED, Status.DEAD, Status.SUPPRESSED}),
     Status.FAILED: frozenset({Status.QUEUED}),
@@ -91,7 +91,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Status.DELIVERED: frozenset(),
     Status.CANCELLED: frozenset(),
     Status.SUPPRESSED: frozenset(),
-    # Only while its digest is not yet closed (services/digests.py holds the digest's lock for it).
+    # Only while its digest is not yet closed (services/digests/close.py holds the digest's lock for it).
     Status.DIGESTED: frozenset({Status.CANCELLED}),
 }
 FINISHED_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.DEAD, Status.CANCELLED, Status.SUPPRESSED})
@@ -116,13 +116,13 @@ class Notification(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACCEPTED)
     attempt_count = models.PositiveIntegerField(default=0)
     # When the next try is due: send_at, or now + backoff after a transient failure. The database,
-    # not a delayed broker message, is what holds long waits (see services/outbox.py).
+    # not a delayed broker message, is what holds long waits (see services/records/outbox.py).
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     provider_message_id = models.CharField(max_length=255, blank=True, default="")
-    # Blank until the provider reports (services/provider_feedback.py).
+    # Blank until the provider reports (services/feedback/provider_feedback.py).
     provider_status = models.CharField(
         max_length=16,
         choices=ProviderStatus.choices,
@@ -149,10 +149,10 @@ class Notification(models.Model):
         "notifications.Broadcast", null=True, blank=True, on_delete=models.PROTECT, related_name="notifications", db_index=False
     )
     # A fallback notification's channels in order, each {channel, outcome, reason, content}; empty
-    # for a notification on one channel (services/routing.py).
+    # for a notification on one channel (services/policy/routing.py).
     route = models.JSONField(default=list, blank=True)
     # A digest's member (status digested), or the one notification a digest was sent as; a member
-    # keeps its template data for the digest's items (services/digests.py).
+    # keeps its template data for the digest's items (services/digests/close.py).
     digest = models.ForeignKey(
         "notifications.Digest", null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications", db_index=False
     )
@@ -162,8 +162,8 @@ class Notification(models.Model):
     client_name: str
     client_webhook_secret: str
     client_webhook_previous_secret: str  # "" unless within its grace period
-    client_status_webhook_url: str  # services/status_events.py: no statement when blank
-    client_is_test: bool  # test mode: the send goes to the capture sink (services/capture.py)
+    client_status_webhook_url: str  # services/records/status_events.py: no statement when blank
+    client_is_test: bool  # test mode: the send goes to the capture sink (services/delivery/capture.py)
     last_attempt_number: int
 
     class Meta:
@@ -276,7 +276,7 @@ class Notification(models.Model):
             f"RETURNING {columns}, "
             f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
             f"(SELECT c.webhook_secret FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secret, "
-            # The secret before the last rotation while it still signs (services/status_events.py).
+            # The secret before the last rotation while it still signs (services/records/status_events.py).
             f"(SELECT CASE WHEN c.webhook_secret_rotated_at > %s THEN c.webhook_secret_previous ELSE '' END "
             f"FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_previous_secret, "
             f"(SELECT c.status_webhook_url FROM {clients} c WHERE c.id = {table}.client_id) AS client_status_webhook_url, "

@@ -45,7 +45,7 @@ class StatusEvent(models.Model):
     state = models.CharField(max_length=16, choices=StatusEventState.choices, default=StatusEventState.PENDING)
     attempt_count = models.PositiveIntegerField(default=0)
     # When the next post is due; while a post is in flight, the end of its lease (see
-    # services/status_events.py), so a duplicate message cannot post it twice at once.
+    # services/records/status_events.py), so a duplicate message cannot post it twice at once.
     next_attempt_at = models.DateTimeField(default=django_timezone.now)
     enqueued_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")

@@ -4,6 +4,7 @@ of a composed one: retry policies, the event consumer, the circuit breaker)."""
 
 from __future__ import annotations
 
+from ..channels.registry import CHANNEL_NAMES
 from .option import THROTTLE_RATE, THROTTLE_RATE_FORM, Option, group
 
 APP_OPTIONS: tuple[Option, ...] = (
@@ -192,7 +193,7 @@ APP_OPTIONS: tuple[Option, ...] = (
         "Providers and failover",
         *(
             Option(f"{channel.upper()}_PROVIDER", str, "", f"dotted path of the {channel} channel's provider class")
-            for channel in ("email", "sms", "push", "webhook")
+            for channel in CHANNEL_NAMES
         ),
         Option(
             "PROVIDER_TIMEOUT_SECONDS",

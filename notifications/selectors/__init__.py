@@ -44,6 +44,8 @@ from .fanout import recipient_ids_by_user_id as recipient_ids_by_user_id
 from .fanout import topic_get as topic_get
 from .fanout import topic_subscriber_count as topic_subscriber_count
 from .fanout import topic_subscribers_after as topic_subscribers_after
+from .suppressions import address_suppressed_reason as address_suppressed_reason
+from .suppressions import addresses_suppressed_reasons as addresses_suppressed_reasons
 
 
 class NotificationFilters(TypedDict, total=False):

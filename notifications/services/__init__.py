@@ -7,35 +7,57 @@ delayed message dropped by dramatiq #545, a worker killed mid-send) is found aga
 :func:`notification_sweep`. A broker message is only ever a hint to look at a row now; the claim
 in :func:`notification_deliver` makes a duplicate hint harmless.
 
-Modules point one way (import-linter checks there is no cycle among them, and that none imports
-the actors, the events or the API): ``accept_group`` (group commit) -> ``accept_batch`` -> ``accept`` -> ``content``/``consent``
--> ``outbox``; ``delivery`` -> ``consent``/``outcomes`` -> ``dead_letters`` -> ``outbox``;
-``sweeper`` -> ``outcomes``/``outbox``; ``status_events`` (status webhooks) is called by
-``accept``, ``consent``, ``outcomes`` and ``sweeper`` and imports none of them;
-``sweeper`` -> ``broadcasts`` (fan-out) -> ``accept``/``consent``/``content``/``outbox``.
+The operations live in one folder per stage, layered (import-linter checks it, and that no
+service imports the actors, the events or the API), each ``__init__.py`` stating its rule: the
+sweeper on top, then fanout/ (topics, broadcasts), intake/ (accept, idempotency, clients),
+digests/, delivery/, feedback/, policy/ (content, consent, caps, routes), records/ (outbox,
+status events). This module is their facade; docs/architecture.md is the map.
 """
 
 from __future__ import annotations
 
-from .accept import (
-    AcceptResult,
-    NotificationRequest,
-    notification_accept,
-    notification_cancel,
-    request_fingerprint,
+from ..selectors import address_suppressed_reason, addresses_suppressed_reasons
+from .delivery.capture import captured_messages_clear
+from .delivery.dead_letters import (
+    RedriveResult,
+    dead_letter_discard,
+    dead_letter_record_event,
+    dead_letter_redrive,
+    dead_letter_republish,
 )
-from .accept_batch import BatchItem, notification_accept_batch
-from .accept_group import notification_accept_grouped
-from .broadcast_accept import BroadcastRequest, broadcast_create
-from .broadcasts import (
+from .delivery.outcomes import retry_delay_seconds
+from .delivery.send import DeliveryOutcome, SendRateLimited, notification_deliver, notifications_deliver
+from .digests.close import (
+    DigestCloseResult,
+    digest_close,
+    digest_sweep,
+)
+from .digests.join import (
+    DEFAULT_DIGEST_MAX_ITEMS,
+    MAX_DIGEST_ITEMS,
+    MAX_DIGEST_KEY_LENGTH,
+    MAX_DIGEST_WINDOW_SECONDS,
+    DigestRequest,
+)
+from .fanout.broadcast_accept import BroadcastRequest, broadcast_create
+from .fanout.broadcasts import (
     broadcast_cancel,
     broadcast_fan_out,
     broadcast_fan_out_batch,
     broadcast_resume_stale,
 )
-from .caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
-from .capture import captured_messages_clear
-from .clients import (
+from .fanout.topics import SubscribeResult, topic_key_check, topic_subscribe, topic_unsubscribe, topic_upsert
+from .feedback.provider_feedback import (
+    CallbackRejected,
+    CallbackUnavailable,
+    FeedbackResult,
+    mailgun_event_record,
+    twilio_status_record,
+)
+from .intake.accept import NotificationRequest, notification_accept, notification_cancel
+from .intake.accept_batch import BatchItem, notification_accept_batch
+from .intake.accept_group import notification_accept_grouped
+from .intake.clients import (
     RECIPIENT_FIELDS,
     api_client_create,
     api_client_get_or_create,
@@ -46,49 +68,13 @@ from .clients import (
     recipient_delete,
     recipient_upsert,
 )
-from .dead_letters import RedriveResult, dead_letter_discard, dead_letter_record_event, dead_letter_redrive, dead_letter_republish
-from .delivery import DeliveryOutcome, SendRateLimited, notification_deliver, notifications_deliver
-from .digest_join import (
-    DEFAULT_DIGEST_MAX_ITEMS,
-    MAX_DIGEST_ITEMS,
-    MAX_DIGEST_KEY_LENGTH,
-    MAX_DIGEST_WINDOW_SECONDS,
-    DigestRequest,
-)
-from .digests import (
-    DigestCloseResult,
-    digest_close,
-    digest_sweep,
-)
-from .event_intake import EventIntake, event_notification_accept
-from .outbox import delivery_message_send, notification_enqueue
-from .outcomes import retry_delay_seconds
-from .preferences import category_upsert, recipient_preferences_replace
-from .provider_feedback import (
-    CallbackRejected,
-    CallbackUnavailable,
-    FeedbackResult,
-    mailgun_event_record,
-    twilio_status_record,
-)
-from .quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check
-from .retention import PurgeReport, notification_purge
-from .status_events import (
-    api_client_rotate_webhook_secret,
-    api_client_set_status_webhook_url,
-    status_event_deliver,
-    status_event_payload,
-    status_event_record,
-    status_event_redrive,
-)
-from .suppressions import (
-    address_suppressed_reason,
-    addresses_suppressed_reasons,
-    suppression_delete,
-    suppression_remove,
-)
-from .sweeper import SweepReport, notification_sweep
-from .templates import (
+from .intake.event_intake import EventIntake, event_notification_accept
+from .intake.idempotency import AcceptResult, request_fingerprint
+from .policy.caps import MAX_CAP_COUNT, MAX_CAP_SECONDS, recipient_cap_check
+from .policy.preferences import category_upsert, recipient_preferences_replace
+from .policy.quiet_hours import quiet_hours_check, quiet_hours_end, time_zone_check
+from .policy.suppressions import suppression_delete, suppression_remove
+from .policy.templates import (
     VARIANT_FIELDS,
     RenderedMessage,
     template_preview,
@@ -97,8 +83,18 @@ from .templates import (
     template_variant_preview,
     template_variants_check,
 )
-from .topics import SubscribeResult, topic_key_check, topic_subscribe, topic_unsubscribe, topic_upsert
-from .unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
+from .policy.unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
+from .records.outbox import delivery_message_send, notification_enqueue
+from .records.retention import PurgeReport, notification_purge
+from .records.status_events import (
+    api_client_rotate_webhook_secret,
+    api_client_set_status_webhook_url,
+    status_event_deliver,
+    status_event_payload,
+    status_event_record,
+    status_event_redrive,
+)
+from .sweeper import SweepReport, notification_sweep
 
 __all__ = [
     "RECIPIENT_FIELDS",
@@ -141,6 +137,8 @@ __all__ = [
     "api_client_limits_set",
     "api_client_revoke",
     "api_client_rotate_token",
+    "api_client_test_token_issue",
+    "captured_messages_clear",
     "api_client_rotate_webhook_secret",
     "api_client_set_status_webhook_url",
     "category_upsert",

@@ -22,11 +22,11 @@ from ..models import (
     Status,
 )
 from ..selectors import due_in_turns
-from .broadcasts import broadcast_resume_stale
-from .digests import digest_sweep
-from .outbox import notifications_enqueue
-from .outcomes import attempt_finish, schedule_retry_or_dead_letter
-from .status_events import status_event_sweep
+from .delivery.outcomes import attempt_finish, schedule_retry_or_dead_letter
+from .digests.close import digest_sweep
+from .fanout.broadcasts import broadcast_resume_stale
+from .records.outbox import notifications_enqueue
+from .records.status_events import status_event_sweep
 
 # Rows due this recently are left to the on-commit enqueue that is about to happen.
 SWEEP_GRACE_SECONDS = 2.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 
 from notifications import selectors
-from notifications.services.failover import ProviderCircuit, provider_circuits_open
+from notifications.services.delivery.failover import ProviderCircuit, provider_circuits_open
 
 register = template.Library()
 

@@ -1,0 +1,5 @@
+"""The SMS channel: a Twilio-compatible REST client, with failover accounts."""
+
+from .provider import TwilioSmsProvider
+
+__all__ = ["TwilioSmsProvider"]

@@ -1,0 +1,170 @@
+"""Recording how a send ended: the attempt row, the notification's next status, retries and dead letters."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ... import metrics
+from ...conf import get_config
+from ...errors import (
+    PermanentChannelError,
+    TransientChannelError,
+)
+from ...models import (
+    AttemptOutcome,
+    DeadLetterReason,
+    DeliveryAttempt,
+    Notification,
+    Status,
+    StatusEventType,
+)
+from ..policy.routing import channel_attempt_count, route_advance, route_fields
+from ..policy.suppressions import suppression_from_permanent_error
+from ..records.outbox import notification_publish
+from ..records.status_events import status_event_record
+from .dead_letters import dead_letter_create
+
+logger = logging.getLogger("notifications.services")
+
+
+@dataclass(frozen=True)
+class DeliveryOutcome:
+    outcome: str  # delivered | retrying | failed | dead | skipped | suppressed | held | fallback (next channel)
+    attempt_number: int = 0
+
+
+def claim_finish(notification_id: Any, *, claimed_at: datetime, to: str, **fields: Any) -> bool:
+    """End the claim made at ``claimed_at``: out of ``sending`` only while it is still that claim."""
+    return Notification.transition(notification_id, to, only_from=[Status.SENDING], only_claimed_at=claimed_at, **fields)
+
+
+def attempt_finish(
+    attempt: DeliveryAttempt,
+    outcome: str,
+    *,
+    error: BaseException | None = None,
+    started: float | None = None,
+    response: str = "",
+) -> None:
+    attempt.outcome = outcome
+    attempt.finished_at = timezone.now()
+    seconds = None if started is None else time.monotonic() - started
+    if seconds is not None:
+        attempt.duration_ms = int(seconds * 1000)
+    metrics.record_attempt(
+        channel=attempt.channel or attempt.notification.channel,
+        outcome=outcome,
+        seconds=seconds,
+        account=attempt.account,
+        mode=metrics.mode_of(attempt.notification),
+    )
+    if error is not None:
+        attempt.error_class = f"{type(error).__module__}.{type(error).__qualname__}"
+        attempt.error_message = str(error)[:4000]
+    attempt.provider_response = response[:2000]
+    attempt.save(
+        update_fields=["outcome", "finished_at", "duration_ms", "error_class", "error_message", "provider_response", "account"]
+    )
+
+
+def record_permanent_failure(
+    notification: Notification, attempt: DeliveryAttempt, exc: PermanentChannelError, started: float
+) -> DeliveryOutcome:
+    with transaction.atomic():
+        attempt_finish(attempt, AttemptOutcome.PERMANENT_ERROR, error=exc, started=started)
+        suppression_from_permanent_error(notification=notification, error=exc)  # an SMS STOP, a dead push token
+        # A fallback notification moves on to its next channel; only its last one fails it.
+        step = route_advance(notification, claimed_at=attempt.started_at, reason="permanent_error", error=str(exc))
+        if step.advanced:
+            return DeliveryOutcome("fallback", attempt.number)
+        if not step.lost and claim_finish(
+            notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000], **route_fields(step)
+        ):
+            dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
+            status_event_record(notifications=[notification], event_type=StatusEventType.FAILED)
+    # The code, not the provider's words: those can quote the recipient or echo the message, and
+    # they are kept on the DeliveryAttempt for support staff.
+    logger.warning(
+        "notification %s failed permanently (%s, HTTP %s)",
+        notification.pk,
+        exc.code,
+        exc.extra.get("http_status", "-"),
+        extra={"notification_id": str(notification.pk)},
+    )
+    return DeliveryOutcome("failed", attempt.number)
+
+
+def record_transient_failure(
+    notification: Notification, attempt: DeliveryAttempt, exc: Exception, started: float
+) -> DeliveryOutcome:
+    with transaction.atomic():
+        attempt_finish(attempt, AttemptOutcome.TRANSIENT_ERROR, error=exc, started=started)
+        # A provider's 429 is a failed attempt like any other (a destination that always answers
+        # 429 must end dead, not loop); its Retry-After is the least we wait. Only our own shared
+        # rate limiter's waits are free (they never reach the provider).
+        outcome = schedule_retry_or_dead_letter(notification, exc, claimed_at=attempt.started_at)
+    if outcome == "retrying" and isinstance(exc, TransientChannelError) and exc.code == "throttled":
+        metrics.record_rate_limited(channel=notification.channel)
+    return DeliveryOutcome(outcome, attempt.number)
+
+
+def retry_delay_seconds(*, channel: str, attempt_number: int, retry_after: float | None = None) -> float:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^(n-1))), and never
+    sooner than a provider's Retry-After, itself capped by the policy's cap (a Retry-After of a
+    day must not park a notification for a day)."""
+    return get_config().retry_policy(channel).delay_seconds(attempt_number, retry_after)
+
+
+def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException, *, claimed_at: datetime) -> str:
+    """After a failed try of the claim made at ``claimed_at``: retry later, or dead-letter when the
+    budget is spent; "skipped" when that claim is no longer current (see claim_finish)."""
+    policy = get_config().retry_policy(notification.channel)
+    attempts = channel_attempt_count(notification)  # a route's channel has its own budget
+    if attempts >= policy.max_attempts:
+        # A fallback notification moves on to its next channel, with that channel's own budget.
+        step = route_advance(notification, claimed_at=claimed_at, reason="retries_exhausted", error=str(exc))
+        if step.advanced:
+            return "fallback"
+        if step.lost or not claim_finish(
+            notification.pk, claimed_at=claimed_at, to=Status.DEAD, last_error=str(exc)[:4000], **route_fields(step)
+        ):
+            return "skipped"
+        dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
+        status_event_record(notifications=[notification], event_type=StatusEventType.DEAD)
+        metrics.record_dead(channel=notification.channel, mode=metrics.mode_of(notification))
+        logger.warning(
+            "notification %s is dead after %d attempts",
+            notification.pk,
+            notification.attempt_count,
+            extra={"notification_id": str(notification.pk)},
+        )
+        return "dead"
+    retry_after = exc.retry_after if isinstance(exc, TransientChannelError) else None
+    delay = retry_delay_seconds(channel=notification.channel, attempt_number=attempts, retry_after=retry_after)
+    now = timezone.now()
+    # A short backoff is a delayed broker message, published after this commit with no further
+    # write; a long one waits in the row for the sweeper (see services/records/outbox.py).
+    publish = delay <= get_config().broker_delay_max_seconds
+    if not claim_finish(
+        notification.pk,
+        claimed_at=claimed_at,
+        to=Status.RETRYING,
+        next_attempt_at=now + timedelta(seconds=delay),
+        enqueued_at=now if publish else None,
+        last_error=str(exc)[:4000],
+    ):
+        return "skipped"
+    metrics.record_retry(
+        channel=notification.channel, reason=getattr(exc, "code", "unexpected"), mode=metrics.mode_of(notification)
+    )
+    if publish:
+        notification.enqueued_at = now
+        transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
+    return "retrying"

@@ -1,0 +1,376 @@
+"""Delivering notifications: take send slots, claim the rows, call the provider, record.
+
+One notification or a batch (a message carries the ids enqueued together, services/records/outbox.py)
+go the same way, in chunks: one query reads what consent needs, one ``UPDATE ... RETURNING``
+(with the attempts' insert) claims a chunk, each notification is sent on its own (its own
+attempt row, rate-limit slot and span), and one transaction records the chunk's deliveries.
+A failed send is recorded on its own at once (outcomes.py): its retry or dead letter is its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ... import metrics, tracing
+from ...channels import OutgoingMessage, SendResult, channel_spec
+from ...channels.base import Provider
+from ...channels.providers import provider_account
+from ...concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
+from ...conf import get_config
+from ...errors import (
+    PermanentChannelError,
+    TransientChannelError,
+)
+from ...models import AttemptOutcome, DeliveryAttempt, Notification, StatusEventType
+from ...ratelimit import Reservation, reserve_send_slot
+from ...selectors import notifications_pending_delivery
+from ...sql import update_rows
+from ..feedback.provider_feedback import provider_status_reported_record
+from ..policy.routing import routes_delivered
+from ..records.status_events import status_event_record
+from .capture import CaptureSink, notification_is_test
+from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
+from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
+from .withhold import consent_before_send
+
+logger = logging.getLogger("notifications.services")
+
+# A batch is claimed a chunk at a time, sized so a chunk's sends take about this long: rows are
+# not held in ``sending`` for long, and a slow provider (a webhook at its timeout) cannot keep a
+# whole batch past the actor's time limit. The first chunk is small, the next ones follow the
+# measured send time.
+CHUNK_SECONDS = 2.0
+FIRST_CHUNK = 5
+# Past this, what is left of a batch goes back on the queue (well inside the 120 s time limit).
+BATCH_SECONDS = 60.0
+
+
+class SendRateLimited(Exception):
+    """The channel's shared rate limit says: not now. Not an attempt (a provider's 429 is one).
+    ``notification_ids``: those of the message that found no slot, to come back with."""
+
+    def __init__(self, retry_after: float, *, notification_ids: list[str] | None = None):
+        super().__init__(f"rate limited; retry in {retry_after:.3f}s")
+        self.retry_after = retry_after
+        self.notification_ids = list(notification_ids or [])
+
+
+@dataclass
+class _Sent:
+    """A send the provider took, not yet recorded."""
+
+    notification: Notification
+    attempt: DeliveryAttempt
+    result: SendResult
+    seconds: float
+
+
+def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
+    """Deliver one notification if it is still pending and due: claim, send, record.
+
+    Two short write transactions: the claim (one ``UPDATE ... RETURNING`` and the attempt's
+    insert) and the outcome (the attempt's and the notification's updates). Raises SendRateLimited
+    when the channel has no free slot; the actor then puts its message back for that long without
+    spending its retries (see actors). A wait longer than BROKER_DELAY_MAX_SECONDS is held in the
+    row instead, for the sweeper, like any long wait.
+    """
+    return notifications_deliver(notification_ids=[notification_id])[str(notification_id)]
+
+
+def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryOutcome]:
+    """Deliver those of ``notification_ids`` still pending and due; their outcomes by id. Raises
+    SendRateLimited, after everything else is recorded, with the ids that found no send slot."""
+    ids = list(dict.fromkeys(str(pk) for pk in notification_ids))
+    outcomes = dict.fromkeys(ids, DeliveryOutcome("skipped"))
+    # The pending check also reads what consent depends on now, in the same one query.
+    pending, now = notifications_pending_delivery(ids), timezone.now()
+    # By channel and client: a client's sends reserve only its share of the channel's rate limit.
+    by_channel: dict[tuple[str, Any], list[str]] = {}
+    for pk in ids:
+        found = pending.get(pk)
+        if found is None:
+            continue
+        if found.next_attempt_at and found.next_attempt_at > now + timedelta(seconds=1):
+            continue  # an early duplicate hint; the row's own schedule (and the sweeper) decides when
+        # Suppressed (a preference changed since accept) or held (quiet hours began): no slot, no claim.
+        withheld = consent_before_send(notification_id=pk, pending=found, now=now)
+        if withheld is not None:
+            outcomes[pk] = withheld
+            continue
+        by_channel.setdefault((found.channel, found.client_id), []).append(pk)
+    come_back: list[str] = []
+    retry_after = 0.0
+    started = time.monotonic()
+    for (channel, client_id), waiting in by_channel.items():
+        chunk = 1 if len(waiting) == 1 else FIRST_CHUNK
+        while waiting:
+            if time.monotonic() - started > BATCH_SECONDS:
+                come_back += waiting
+                retry_after = max(retry_after, 0.001)
+                break
+            taken, waiting = waiting[:chunk], waiting[chunk:]
+            chunk_started = time.monotonic()
+            left, wait, turn_waiting = _chunk_deliver(
+                channel, taken, outcomes, deadline=started + BATCH_SECONDS, client_id=client_id
+            )
+            if turn_waiting:
+                # Their client's webhook turns are all out: they come back in a moment, the rest go on.
+                come_back += turn_waiting
+                retry_after = max(retry_after, TURN_WAIT_SECONDS)
+            if left:
+                come_back += left + waiting
+                retry_after = max(retry_after, wait)
+                break
+            per_send = (time.monotonic() - chunk_started) / len(taken)
+            chunk = max(1, min(get_config().delivery_batch_size, int(CHUNK_SECONDS / max(per_send, 1e-4))))
+    if come_back and retry_after > get_config().broker_delay_max_seconds:
+        # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
+        _hold(come_back, seconds=retry_after, outcomes=outcomes)
+    elif come_back:
+        raise SendRateLimited(retry_after, notification_ids=come_back)
+    return outcomes
+
+
+def _chunk_deliver(
+    channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], *, deadline: float, client_id: Any = None
+) -> tuple[list[str], float, list[str]]:
+    """Slots, claim, sends and records of one chunk of a channel and client; returns the ids that
+    found no slot, or no time before ``deadline``, and when to come back for them; and the ids
+    whose client had no webhook turn free (concurrency.py), given back unsent too."""
+    reservation = reserve_send_slot(
+        channel_spec(channel).rate_limit_bucket,
+        account=provider_account(channel),
+        count=len(ids),
+        holder="" if client_id is None else str(client_id),
+    )
+    if not reservation.reserved:
+        metrics.record_rate_limited(channel=channel)
+        if reservation.wait_seconds > get_config().broker_delay_max_seconds:
+            # As a delayed message it would sit unacked in the worker that long, past RabbitMQ's
+            # consumer timeout for a slow limit (10/m in tests/test_faults.py, 1/h in production):
+            # the channel is closed and every unacked message on it comes back.
+            _hold(ids, seconds=reservation.wait_seconds, outcomes=outcomes)
+            return [], 0.0, []
+        return ids, reservation.wait_seconds, []
+    slotted, left = ids[: reservation.slots], ids[reservation.slots :]
+    reserved_at = time.monotonic()
+    claimed = _notifications_claim(slotted)
+    # No send starts on a claim the sweeper could take back (SENDING_TIMEOUT_SECONDS) before the
+    # send's deadline has passed: it would be sent twice.
+    config = get_config()
+    last_start = min(deadline, time.monotonic() + config.sending_timeout_seconds - config.send_deadline_seconds)
+    sent: list[_Sent] = []
+    turn_waiting: list[Notification] = []
+    tried = 0
+    try:
+        for index, (notification, attempt) in enumerate(claimed):
+            if time.monotonic() > last_start:
+                break  # a slow provider: what is left goes back rather than past the time limit
+            pause = reserved_at + reservation.slot_wait(index) - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            tried += 1
+            turn = _client_turn(notification)
+            if turn is None:
+                turn_waiting.append(notification)
+                continue
+            try:
+                result = _notification_send(notification, attempt)
+            finally:
+                if isinstance(turn, WebhookTurn):
+                    turn.release()
+            if isinstance(result, _Sent):
+                sent.append(result)
+            else:
+                outcomes[str(notification.pk)] = result
+    finally:
+        # Whatever ended the loop (the deadline, an error, the actor's time limit), the sends the
+        # provider took are recorded and the claims never tried are given back, not left in
+        # ``sending`` for the sweeper to count as interrupted attempts.
+        outcomes.update(_deliveries_record(sent))
+        untried = [notification for notification, _ in claimed[tried:]]
+        if untried or turn_waiting:
+            Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
+    left = [str(n.pk) for n in untried] + left
+    return left, max(_come_back_after(reservation, left), 0.001 if untried else 0.0), [str(n.pk) for n in turn_waiting]
+
+
+def _client_turn(notification: Notification) -> WebhookTurn | bool | None:
+    """A webhook's client turn (WEBHOOK_CONCURRENCY_PER_CLIENT), None when none is free; True for
+    the other channels, whose providers are shared by every client and rate limited instead."""
+    if notification.channel != "webhook":
+        return True
+    return webhook_turn_take(client_id=notification.client_id)
+
+
+def _hold(ids: list[str], *, seconds: float, outcomes: dict[str, DeliveryOutcome]) -> None:
+    """Hold the notifications in PostgreSQL for ``seconds``, for the sweeper: a wait longer than a
+    delayed message may take."""
+    until = timezone.now() + timedelta(seconds=seconds)
+    for pk in ids:
+        Notification.hold(pk, until=until)
+        outcomes[pk] = DeliveryOutcome("held")
+
+
+def _come_back_after(reservation: Reservation, left: list[str]) -> float:
+    # The slot after the reserved ones was further away than the one second a caller waits.
+    return max(0.001, reservation.slot_wait(reservation.slots) - 1.0) if left else 0.0
+
+
+def _notifications_claim(ids: list[str]) -> list[tuple[Notification, DeliveryAttempt]]:
+    """Atomically take the notifications for this worker; those another worker got are left out."""
+    now = timezone.now()
+    with transaction.atomic():
+        notifications = Notification.claim_for_delivery(
+            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds
+        )
+        if not notifications:
+            return []
+        # Sent in the order they were enqueued in (RETURNING has none of its own).
+        position = {pk: index for index, pk in enumerate(ids)}
+        notifications.sort(key=lambda n: position[str(n.pk)])
+        attempts = DeliveryAttempt.objects.bulk_create(
+            DeliveryAttempt(notification=n, number=n.last_attempt_number + 1, started_at=now, channel=n.channel)
+            for n in notifications
+        )
+    return list(zip(notifications, attempts, strict=True))
+
+
+def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> _Sent | DeliveryOutcome:
+    """Call the provider; a failure is recorded here and now, a success is returned to record."""
+    message = OutgoingMessage(
+        notification_id=str(notification.pk),
+        channel=notification.channel,
+        address=notification.address,
+        subject=notification.subject,
+        body=notification.message,
+        metadata=notification.metadata,
+        idempotency_key=str(notification.pk),
+        client_name=notification.client_name,
+        webhook_secret=notification.client_webhook_secret,
+        webhook_previous_secret=notification.client_webhook_previous_secret or "",
+        html_body=notification.html_message,
+        headers=notification.headers,
+    )
+    # Provider failover: the first account of the channel whose circuit is not open (services/delivery/failover.py);
+    # in test mode the capture sink, which has no account and no circuit (services/delivery/capture.py).
+    provider: Provider
+    if notification_is_test(notification):
+        attempt.account, provider = "", CaptureSink(client_id=notification.client_id)
+    else:
+        attempt.account, provider = provider_for_send(notification.channel)
+    started = time.monotonic()
+    with tracing.provider_span(notification, attempt.number) as span:
+        try:
+            result = provider.send(message)
+        except PermanentChannelError as exc:
+            if exc.code == "not_configured":
+                # Missing settings do not appear between two tries: the message fails at once (a
+                # route moves on to its next channel now), and with backups the account's circuit
+                # counts it, so the next sends go to an account that can send.
+                tracing.record_outcome(span, "permanent_error")
+                provider_send_record(notification.channel, attempt.account, ok=False)
+                return record_permanent_failure(notification, attempt, exc, started)
+            if provider_error_is_account_level(exc):
+                # A revoked token or a refused login is the account's fault, not the recipient's:
+                # a failure for the circuit (the next sends go to a backup) and a retry, recorded
+                # as the transient error it is for this message (outcome and class agree).
+                tracing.record_outcome(span, "transient_error")
+                provider_send_record(notification.channel, attempt.account, ok=False)
+                return record_transient_failure(notification, attempt, account_refused(exc), started)
+            tracing.record_outcome(span, "permanent_error")
+            provider_send_record(notification.channel, attempt.account, ok=True)  # it answered: the account works
+            return record_permanent_failure(notification, attempt, exc, started)
+        except TransientChannelError as exc:
+            tracing.record_outcome(span, "transient_error")
+            provider_send_record(notification.channel, attempt.account, ok=False)
+            return record_transient_failure(notification, attempt, exc, started)
+        except Exception as exc:
+            # A provider bug is not the recipient's fault: retry it like a transient error.
+            logger.exception("provider for %s raised unexpectedly", notification.channel)
+            tracing.record_outcome(span, "transient_error")
+            provider_send_record(notification.channel, attempt.account, ok=False)
+            return record_transient_failure(notification, attempt, exc, started)
+        tracing.record_outcome(span, "delivered")
+    provider_send_record(notification.channel, attempt.account, ok=True)
+    return _Sent(notification, attempt, result, time.monotonic() - started)
+
+
+def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
+    """Record the deliveries of one chunk in one transaction: the attempts in one UPDATE, the
+    notifications in another (each still in the claim it was sent under)."""
+    if not sent:
+        return {}
+    now = timezone.now()
+    for item in sent:
+        attempt = item.attempt
+        attempt.outcome = AttemptOutcome.DELIVERED
+        attempt.finished_at = now
+        attempt.duration_ms = int(item.seconds * 1000)
+        attempt.provider_response = item.result.response_summary[:2000]
+    claims: dict[datetime, dict[Any, str]] = {}
+    for item in sent:
+        claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
+    with transaction.atomic():
+        update_rows(
+            DeliveryAttempt,
+            {
+                item.attempt.pk: {
+                    "duration_ms": item.attempt.duration_ms,
+                    "provider_response": item.attempt.provider_response,
+                    "account": item.attempt.account,
+                }
+                for item in sent
+            },
+            same={"outcome": AttemptOutcome.DELIVERED, "finished_at": now},
+        )
+        finished: set[Any] = set()
+        for at, ids in claims.items():
+            finished |= Notification.deliveries_finish(ids, claimed_at=at, delivered_at=now)
+        routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
+        lost = {str(item.notification.pk) for item in sent} - {str(pk) for pk in finished}
+        # No statement unless a client has a status webhook (the claim returned its URL).
+        delivered = [item.notification for item in sent if str(item.notification.pk) not in lost]
+        status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
+    outcomes: dict[str, DeliveryOutcome] = {}
+    for item in sent:
+        pk = str(item.notification.pk)
+        with tracing.context_attached(tracing.notification_context(pk)):  # its line in its own trace
+            outcomes[pk] = _delivery_recorded(item, lost=pk in lost)
+        if item.result.provider_status and pk not in lost:
+            # A status the provider reported with its answer (the capture sink's reserved
+            # addresses), recorded after the delivery as its callback would be.
+            provider_status_reported_record(notification=item.notification, status=item.result.provider_status)
+    return outcomes
+
+
+def _delivery_recorded(item: _Sent, *, lost: bool) -> DeliveryOutcome:
+    """The metrics and log line of one delivery recorded by _deliveries_record, and its outcome."""
+    notification, pk = item.notification, str(item.notification.pk)
+    mode = metrics.mode_of(notification)
+    metrics.record_attempt(
+        channel=notification.channel,
+        outcome=AttemptOutcome.DELIVERED,
+        seconds=item.seconds,
+        account=item.attempt.account,
+        mode=mode,
+    )
+    if lost:
+        # The provider took it, but only after the sweeper had given this send up for lost:
+        # the attempt says delivered, the notification follows its newer claim (it may go twice).
+        logger.warning(
+            "notification %s was delivered after its claim was recovered; it may be sent again",
+            pk,
+            extra={"notification_id": pk},
+        )
+        return DeliveryOutcome("skipped", item.attempt.number)
+    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at, mode=mode)
+    logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
+    return DeliveryOutcome("delivered", item.attempt.number)

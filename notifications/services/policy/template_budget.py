@@ -1,0 +1,161 @@
+"""A template render's budget: the work one message's render may do (a deadline, checked at every
+node and every loop step) and the output it may make (counted as each node returns), so a render
+stops itself at its bound and nothing is left running after the answer."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+from django.template.base import FilterExpression
+
+from ...errors import RenderLimitExceeded
+
+
+class RenderBudget:
+    """The work one message's render may do: until ``deadline`` (time.monotonic), and at most
+    ``max_bytes`` of output per part (counted in characters while rendering, never more than the
+    bytes; the finished part is measured in bytes)."""
+
+    def __init__(self, *, seconds: float, max_bytes: int, what: str = "the template's render"):
+        self.seconds = seconds
+        self.what = what
+        self.deadline = time.monotonic() + seconds
+        self.max_bytes = max_bytes
+        self.written = 0
+        # Per node being rendered, the output its children returned (counted already).
+        self.children: list[int] = [0]
+
+    def start_part(self) -> None:
+        self.written = 0
+        self.children = [0]
+
+    def step(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise RenderLimitExceeded(f"{self.what} exceeded {self.seconds:g} s", extra={"field": "template"})
+
+    def write(self, size: int) -> None:
+        self.written += size
+        if self.written > self.max_bytes:
+            self.exceeded()
+
+    def exceeded(self) -> NoReturn:
+        raise RenderLimitExceeded(
+            f"the template's output exceeds MAX_MESSAGE_BYTES ({self.max_bytes} bytes)", extra={"field": "template"}
+        )
+
+
+_BUDGET: contextvars.ContextVar[RenderBudget | None] = contextvars.ContextVar("template_render_budget", default=None)
+
+
+class RenderPool:
+    """Render time shared by the renders of one request that makes many messages (a batch), so
+    its renders together stop at ``seconds`` of render work, not at ``seconds`` each."""
+
+    def __init__(self, *, seconds: float, what: str):
+        self.seconds = seconds
+        self.what = what
+        self.spent = 0.0
+
+
+_POOL: contextvars.ContextVar[RenderPool | None] = contextvars.ContextVar("template_render_pool", default=None)
+
+
+@contextlib.contextmanager
+def render_pool(*, seconds: float, what: str) -> Iterator[RenderPool]:
+    """The renders inside (each under its own render_budget) share ``seconds`` of render work."""
+    pool = RenderPool(seconds=seconds, what=what)
+    token = _POOL.set(pool)
+    try:
+        yield pool
+    finally:
+        _POOL.reset(token)
+
+
+@contextlib.contextmanager
+def render_budget(*, seconds: float, max_bytes: int) -> Iterator[RenderBudget]:
+    """Renders inside are bounded by one budget (one message: its subject, body and HTML part);
+    inside a render_pool, by what is left of the pool's too."""
+    pool = _POOL.get()
+    if pool is not None and pool.seconds - pool.spent <= seconds:
+        budget = RenderBudget(seconds=pool.seconds, max_bytes=max_bytes, what=pool.what)
+        budget.deadline = time.monotonic() + (pool.seconds - pool.spent)
+    else:
+        budget = RenderBudget(seconds=seconds, max_bytes=max_bytes)
+    started = time.monotonic()
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+        if pool is not None:
+            pool.spent += time.monotonic() - started
+
+
+def counted(render_annotated: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A node's render that checks the deadline first and counts the output it adds: its own
+    output less its children's, which counted themselves (a loop adds nothing of its own, a
+    ``spaceless`` takes some away), so the count is the output so far at every step."""
+
+    def render(context: Any) -> Any:
+        budget = _BUDGET.get()
+        if budget is None:
+            return render_annotated(context)
+        budget.step()
+        budget.children.append(0)
+        try:
+            output = render_annotated(context)
+        finally:
+            children = budget.children.pop()
+        budget.write(len(output) - children)
+        budget.children[-1] += len(output)
+        return output
+
+    return render
+
+
+class _Steps:
+    """What a ``{% for %}`` loops over, taking a step of the budget per item (an empty loop body
+    renders no node that would)."""
+
+    def __init__(self, values: Any):
+        self.values = values if hasattr(values, "__len__") else list(values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._stepped(iter(self.values))
+
+    def __reversed__(self) -> Iterator[Any]:
+        return self._stepped(reversed(self.values))
+
+    @staticmethod
+    def _stepped(items: Iterator[Any]) -> Iterator[Any]:
+        budget = _BUDGET.get()
+        for item in items:
+            if budget is not None:
+                budget.step()
+            yield item
+
+
+class SteppedSequence:
+    """A ForNode's sequence expression whose value is iterated in budgeted steps."""
+
+    def __init__(self, expression: FilterExpression):
+        self.expression = expression
+
+    def resolve(self, context: Any, ignore_failures: bool = False) -> Any:
+        values = self.expression.resolve(context, ignore_failures=ignore_failures)
+        return None if values is None else _Steps(values)
+
+    def __str__(self) -> str:
+        return str(self.expression)
+
+
+def current_budget() -> RenderBudget | None:
+    """The budget of the render under way in this context, if any."""
+    return _BUDGET.get()
