@@ -22,9 +22,11 @@ from .errors import ValidationFailed
 from .locales import locale_normalize
 from .option_values import CircuitPolicy as CircuitPolicy
 from .option_values import FailoverAccount as FailoverAccount
+from .option_values import InboxOptions as InboxOptions
 from .option_values import RateLimit as RateLimit
 from .option_values import RetryPolicy as RetryPolicy
 from .option_values import parse_failover_accounts as parse_failover_accounts
+from .option_values import parse_inbox_options as parse_inbox_options
 from .option_values import parse_rate_limits as parse_rate_limits
 from .option_values import parse_retry_policies as parse_retry_policies
 from .queues import BROADCAST_FAN_OUT_ROUTE as BROADCAST_FAN_OUT_ROUTE
@@ -130,6 +132,9 @@ DEFAULTS: dict[str, Any] = {
     # subscribers one topic may have, and the broadcasts a client may start in any hour.
     "TOPIC_SUBSCRIBERS_MAX": 1_000_000,
     "BROADCASTS_PER_HOUR_MAX": 100,
+    "INBOX_STREAM_HEARTBEAT_SECONDS": 15.0,
+    "INBOX_EVENT_RETENTION_SECONDS": 3600.0,
+    "INBOX_DEMO": None,  # None: on with DEBUG
 }
 ENVIRONMENT_NAMES = {"RATE_LIMITS": "NOTIFICATIONS_RATE_LIMITS", "RETRY_POLICIES": "NOTIFICATIONS_RETRY_POLICIES"}
 
@@ -199,6 +204,7 @@ class NotificationsConfig:
     # Backup provider accounts by channel, in order (the primary is not listed); and the breaker.
     failover_accounts: dict[str, tuple[FailoverAccount, ...]] = field(default_factory=dict, repr=False)
     circuit: CircuitPolicy = field(default_factory=lambda: CircuitPolicy(5, 60.0, 30.0))
+    inbox: InboxOptions = field(default_factory=lambda: InboxOptions(15.0, 3600.0, demo=False))
 
     @property
     def send_deadline_seconds(self) -> float:
@@ -309,6 +315,7 @@ def get_config() -> NotificationsConfig:
             for channel, key in (("sms", "SMS_FAILOVER_ACCOUNTS"), ("email", "EMAIL_FAILOVER_ACCOUNTS"))
             if raw[key]
         },
+        inbox=parse_inbox_options(raw, debug=settings.DEBUG),
         circuit=CircuitPolicy(
             failures=_at_least(raw, "PROVIDER_CIRCUIT_FAILURES", 1, int),
             window_seconds=_at_least(raw, "PROVIDER_CIRCUIT_WINDOW_SECONDS", 0.1, float),

@@ -154,3 +154,26 @@ def parse_retry_policies(value: str) -> dict[str, RetryPolicy]:
             ) from None
         policies[channel.strip()] = policy
     return policies
+
+
+@dataclass(frozen=True)
+class InboxOptions:
+    """The in-app inbox's options: the stream's heartbeat, how long its events are kept for a
+    resume (Last-Event-ID), and whether /inbox/demo/ is served (default: with DEBUG)."""
+
+    heartbeat_seconds: float
+    event_retention_seconds: float
+    demo: bool
+
+
+def parse_inbox_options(raw: dict[str, Any], *, debug: bool) -> InboxOptions:
+    values: list[float] = []
+    for key, minimum in (("INBOX_STREAM_HEARTBEAT_SECONDS", 0.1), ("INBOX_EVENT_RETENTION_SECONDS", 60.0)):
+        try:
+            value = float(raw[key])
+        except (TypeError, ValueError):
+            raise ImproperlyConfigured(f"{key}: {raw[key]!r} is not a number") from None
+        if not value >= minimum:
+            raise ImproperlyConfigured(f"{key} must be at least {minimum:g}, got {raw[key]!r}")
+        values.append(value)
+    return InboxOptions(values[0], values[1], demo=bool(debug if raw["INBOX_DEMO"] is None else raw["INBOX_DEMO"]))

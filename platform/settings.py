@@ -55,6 +55,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: the request id, and JSON for every /api/ answer whatever raised below.
     "notifications.api.middleware.ApiRequestMiddleware",
+    # Preflights and CORS headers of the inbox API, for each client's inbox_allowed_origins.
+    "notifications.api.inbox_auth.InboxCorsMiddleware",
     # OpenTelemetry's middleware is inserted right after this one (notifications/tracing.py).
     "notifications.tracing.RequestTargetMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
@@ -300,6 +302,11 @@ SPECTACULAR_SETTINGS = {
         {"name": "topics", "description": "Named lists of your recipients that a broadcast goes to."},
         {"name": "broadcasts", "description": "One message to every subscriber of a topic, and its progress."},
         {"name": "suppressions", "description": "Addresses not sent to after a hard bounce, a complaint or a STOP."},
+        {
+            "name": "inbox",
+            "description": "The in-app inbox: user tokens (with your client token), then one user's feed, counts, marks "
+            "and live stream (with that user's token).",
+        },
         {"name": "client", "description": "Your API client: its status webhook and the secret that signs it."},
         {
             "name": "providers",
@@ -389,6 +396,9 @@ NOTIFICATIONS = {
     # Per-client limits; an API client's own values (admin) override them.
     "TOPIC_SUBSCRIBERS_MAX": env.int("TOPIC_SUBSCRIBERS_MAX", default=None),
     "BROADCASTS_PER_HOUR_MAX": env.int("BROADCASTS_PER_HOUR_MAX", default=None),
+    "INBOX_STREAM_HEARTBEAT_SECONDS": env.float("INBOX_STREAM_HEARTBEAT_SECONDS", default=None),
+    "INBOX_EVENT_RETENTION_SECONDS": env.float("INBOX_EVENT_RETENTION_SECONDS", default=None),
+    "INBOX_DEMO": env.bool("INBOX_DEMO", default=None),
 }
 
 # --- Metrics and traces (docs/observability.md) -------------------------------------------------

@@ -8,7 +8,7 @@ from django.db import models
 from rest_framework import serializers
 
 from .. import services
-from ..channels.addresses import MAX_PUSH_TOKEN_LENGTH
+from ..channels.addresses import MAX_PUSH_TOKEN_LENGTH, http_url
 from ..models import DEFAULT_CATEGORY, Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
 from ..services import NotificationRequest
 from .fields import (  # noqa: F401  (re-exported: other API modules and tests import them from here)
@@ -146,6 +146,26 @@ class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFie
         "joined, rendered from template with items (each one's data) and count. Needs template; not with send_at.",
     )
 
+    action_url = StrictCharField(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="In-app: where the inbox item links to, an http(s) URL.",
+    )
+    thread_key = StrictCharField(
+        max_length=255,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="In-app: the conversation the inbox item groups under (GET /inbox/items?thread=).",
+    )
+
+    def validate_action_url(self, value: str) -> str:
+        if value:
+            http_url(value, "action_url")
+        return value
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
         if "data" in self.initial_data and not attrs.get("template"):
@@ -169,6 +189,8 @@ class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFie
             category=data["category"],
             locale=data["locale"],
             digest=services.DigestRequest(**data["digest"]) if data.get("digest") else None,
+            action_url=data["action_url"],
+            thread_key=data["thread_key"],
         )
 
 

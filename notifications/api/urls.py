@@ -2,7 +2,20 @@
 
 from django.urls import path
 
-from . import broadcasts, categories, client, preferences, provider_callbacks, recipients, suppressions, templates, topics, views
+from . import (
+    broadcasts,
+    categories,
+    client,
+    inbox,
+    inbox_stream,
+    preferences,
+    provider_callbacks,
+    recipients,
+    suppressions,
+    templates,
+    topics,
+    views,
+)
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
@@ -25,6 +38,12 @@ urlpatterns = [
     # Providers reporting delivery status, authenticated by their own signatures (no API token).
     path("providers/twilio/status", provider_callbacks.TwilioStatusCallbackView.as_view(), name="provider-twilio-status"),
     path("providers/mailgun/events", provider_callbacks.MailgunEventView.as_view(), name="provider-mailgun-events"),
+    path("inbox/tokens", inbox.InboxTokensView.as_view(), name="inbox-tokens"),
+    path("inbox/items", inbox.InboxItemsView.as_view(), name="inbox-items"),
+    path("inbox/items/<str:item_id>/<str:action>", inbox.InboxItemActionView.as_view(), name="inbox-item-action"),
+    path("inbox/counts", inbox.InboxCountsView.as_view(), name="inbox-counts"),
+    path("inbox/bulk", inbox.InboxBulkView.as_view(), name="inbox-bulk"),
+    path("inbox/stream", inbox_stream.inbox_stream, name="inbox-stream"),
     path("client", client.ClientView.as_view(), name="client-detail"),
     path("client/webhook-secret", client.ClientWebhookSecretView.as_view(), name="client-webhook-secret"),
 ]

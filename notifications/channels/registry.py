@@ -2,7 +2,9 @@
 
 A channel is its name, how its addresses are validated, which ``Recipient`` field holds a
 recipient's address for it, the provider class it uses unless ``<NAME>_PROVIDER`` says otherwise,
-and the rate-limit bucket its sends share. The model's choices, the API's, the settings parsers,
+and the rate-limit bucket its sends share. A channel ``addressed_by_user_id`` (in_app) needs no
+stored address: the recipient's ``user_id`` is its address. A ``silent`` one makes no sound, so
+quiet hours do not hold it. The model's choices, the API's, the settings parsers,
 accept and the recipient store all read this table. To add a channel: a provider module beside
 ``email.py`` and one entry here (then ``makemigrations`` for the new choice).
 """
@@ -27,6 +29,8 @@ class ChannelSpec:
     default_provider: str
     many: bool = False
     rate_limit_key: str = ""
+    addressed_by_user_id: bool = False
+    silent: bool = False
 
     @property
     def rate_limit_bucket(self) -> str:
@@ -40,6 +44,14 @@ CHANNELS: dict[str, ChannelSpec] = {
         ChannelSpec("sms", addresses.phone_number, "phone", "notifications.channels.sms.TwilioSmsProvider"),
         ChannelSpec("push", addresses.push_token, "push_tokens", "notifications.channels.push.FcmPushProvider", many=True),
         ChannelSpec("webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.WebhookProvider"),
+        ChannelSpec(
+            "in_app",
+            addresses.user_id,
+            "user_id",
+            "notifications.channels.in_app.InAppProvider",
+            addressed_by_user_id=True,
+            silent=True,
+        ),
     )
 }
 CHANNEL_NAMES: tuple[str, ...] = tuple(CHANNELS)
@@ -57,10 +69,15 @@ def validate_address(channel: str, address: str, *, field: str = "to") -> str:
     return channel_spec(channel).validate(address.strip(), field)
 
 
-def recipient_address(recipient: Any, channel: str) -> str:
-    """The stored address of ``recipient`` for ``channel``; empty when none is known."""
+def recipient_address(recipient: Any, channel: str, *, user_id: str = "") -> str:
+    """The stored address of ``recipient`` (None: none stored) for ``channel``; empty when none is
+    known. A channel addressed by user id has its address whether or not a recipient is stored."""
     spec = CHANNELS.get(channel)
     if spec is None:
+        return ""
+    if spec.addressed_by_user_id:
+        return user_id or (str(recipient.user_id) if recipient is not None else "")
+    if recipient is None:
         return ""
     value = getattr(recipient, spec.recipient_field)
     if spec.many:

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import metrics, tracing
-from ..channels import recipient_address, validate_address
+from ..channels import channel_spec, recipient_address, validate_address
 from ..conf import get_config
 from ..errors import (
     IdempotencyConflict,
@@ -70,6 +70,9 @@ class NotificationRequest:
     channels: tuple[str, ...] = ()
     # Gathered with the recipient's others of the same key and sent as one (services/digests.py).
     digest: DigestRequest | None = None
+    # In-app only: where the inbox item links to (http(s)), and the thread it groups under.
+    action_url: str = ""
+    thread_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ def accept_lookups(*, client: ApiClient, requests: list[NotificationRequest]) ->
         recipient = recipients.get(request.user_id)
         if request.channels:
             continue  # a route reads the suppressions of its channels' addresses itself (route_plan)
-        address = request.to or (recipient_address(recipient, request.channel) if recipient else "")
+        address = request.to or recipient_address(recipient, request.channel, user_id=request.user_id)
         try:
             addresses.append((request.channel, validate_address(request.channel, address, field="to")))
         except ValidationFailed:
@@ -234,10 +237,12 @@ def notification_build(
         return _notification_build_routed(
             client=client, request=request, idempotency_key=idempotency_key, recipient=recipient, category=category
         )
+    if request.to and channel_spec(request.channel).addressed_by_user_id and request.to != request.user_id:
+        raise ValidationFailed(f"{request.channel} is addressed by user_id: leave 'to' out", extra={"field": "to"})
     if request.to:
         address = validate_address(request.channel, request.to, field="to")
     else:
-        stored = recipient_address(recipient, request.channel) if recipient else ""
+        stored = recipient_address(recipient, request.channel, user_id=request.user_id)
         if not stored:
             raise ValidationFailed(
                 f"no {request.channel} address is known for user {request.user_id!r}: give 'to' or store one "
@@ -303,6 +308,8 @@ def _notification_new(
         send_at=request.send_at,
         idempotency_key=idempotency_key,
         trace_id=tracing.current_trace_id(),
+        action_url=request.action_url,
+        thread_key=request.thread_key,
         created_at=now,
         **decided,
     )
@@ -326,7 +333,7 @@ def _notification_build_routed(
         )
         for channel in request.channels
     }
-    plan = route_plan(client=client, recipient=recipient, category=category, contents=contents)
+    plan = route_plan(client=client, recipient=recipient, category=category, contents=contents, user_id=request.user_id)
     channel = plan.first.channel if plan.first is not None else request.channels[0]
     content = contents[channel]
     now = timezone.now()

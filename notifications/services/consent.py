@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import metrics
+from ..channels import channel_spec
 from ..models import PENDING_STATUSES, Category, Notification, Recipient, Status, StatusEventType
 from ..selectors import PendingDelivery
 from .outcomes import DeliveryOutcome
@@ -45,8 +46,8 @@ def consent_decide(
     reason = suppressed_reason(category=category, channel=channel, preferences=preferences)
     if reason:
         return Consent(suppressed_reason=reason)
-    if category.critical:
-        return Consent()
+    if category.critical or channel_spec(channel).silent:
+        return Consent()  # a silent channel (in_app) makes no sound: quiet hours do not hold it
     return Consent(hold_until=quiet_hours_end(at=due_at, quiet_hours=quiet_hours, timezone=timezone))
 
 

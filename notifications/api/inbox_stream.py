@@ -1,0 +1,156 @@
+"""GET /api/v1/inbox/stream: a user's inbox as server-sent events, served by the ASGI server.
+
+An async view: a held connection is a coroutine waiting on its wake-up (inbox/live.py), not a
+thread. It sends ``item.created``, ``item.updated`` and ``counts`` events, each with ``id:`` (the
+event's row id), and a heartbeat comment every INBOX_STREAM_HEARTBEAT_SECONDS. Each wake-up reads
+the user's events after the last id sent, from the database where they are numbered in commit
+order, so a reconnect with ``Last-Event-ID`` within the resume window (INBOX_EVENT_RETENTION_SECONDS)
+gets exactly what it missed, nothing twice. Without ``Last-Event-ID`` the stream starts with the
+user's counts, under the id of their latest event. The database reads run in the loop's shared
+thread pool (``thread_sensitive=False``) for a moment each, never held for the connection.
+
+platform/asgi.py serves this view with no middleware (it answers its own errors and CORS), so
+that nothing holds a thread for the life of the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+
+from ..conf import get_config
+from ..errors import TokenRefused
+from ..inbox.live import hub, user_key
+from ..models import InboxEvent, InboxTokenGate
+from ..selectors.inbox import inbox_counts, inbox_events_after, inbox_last_event_id
+from ..services.inbox import InboxUser, inbox_token_verify
+from .exceptions import database_unavailable, error_body
+from .inbox_auth import cors_headers, request_token
+
+# Events one read sends before it reads again (a long absence is caught up in pages).
+READ_PAGE = 500
+# What EventSource waits before it reconnects after the stream ends.
+RETRY_MILLISECONDS = 2000
+MAX_EVENT_ID = 2**63 - 1
+
+
+def _in_thread(function: Any) -> Any:
+    """Run a short database read in the loop's shared pool, on a connection of that thread."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        return function(*args, **kwargs)
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
+def _error(status: int, code: str, message: str, origin: str, **extra: Any) -> HttpResponse:
+    response = JsonResponse(error_body(code, message, **extra), status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="inbox"'
+    for name, value in cors_headers(origin, None).items():
+        response[name] = value
+    return response
+
+
+def _last_event_id(request: HttpRequest) -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id")
+    if raw is None or raw == "":
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_EVENT_ID:
+        raise ValueError(raw)
+    return int(raw)
+
+
+async def inbox_stream(request: HttpRequest) -> HttpResponseBase:
+    origin = request.headers.get("Origin", "")
+    if request.method == "OPTIONS":
+        response = HttpResponse(status=204)
+        for name, value in cors_headers(origin, None).items():
+            response[name] = value
+        return response
+    if request.method != "GET":
+        return _error(405, "method_not_allowed", f'Method "{request.method}" not allowed.', origin)
+    try:
+        after = _last_event_id(request)
+    except ValueError:
+        return _error(400, "invalid", "Last-Event-ID is an event id this stream sent", origin, field="Last-Event-ID")
+    token = request_token(request)
+    if not token:
+        return _error(401, "not_authenticated", "an inbox user token is required (Authorization: Bearer, or ?token=)", origin)
+    try:
+        user = await _in_thread(inbox_token_verify)(token)
+    except TokenRefused as exc:
+        return _error(401, "authentication_failed", exc.message, origin, details={"reason": exc.extra.get("reason")})
+    except Exception as exc:
+        if database_unavailable(exc):
+            response = _error(503, "unavailable", "the database cannot be reached; try again shortly", origin)
+            response["Retry-After"] = "5"
+            return response
+        raise
+    stream = StreamingHttpResponse(_events(user, after), content_type="text/event-stream; charset=utf-8")
+    stream["Cache-Control"] = "no-cache, no-store"
+    stream["X-Accel-Buffering"] = "no"  # a proxy (nginx) must pass each event on at once
+    for name, value in cors_headers(origin, user.client).items():
+        stream[name] = value
+    return stream
+
+
+def _event(event_id: int, event_type: str, data: dict[str, Any]) -> str:
+    return f"id: {event_id}\nevent: {event_type}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def _start(user: InboxUser) -> tuple[int, dict[str, int]]:
+    """Where a new stream starts: the user's latest event id, and their counts now."""
+    client_id = user.client.pk
+    return inbox_last_event_id(client_id=client_id, user_id=user.user_id), inbox_counts(
+        client_id=client_id, user_id=user.user_id
+    ).as_dict()
+
+
+def _read(user: InboxUser, after: int) -> tuple[list[InboxEvent], bool]:
+    """The user's events after ``after``, and whether their token still holds (not revoked since)."""
+    client_id = user.client.pk
+    revoked = InboxTokenGate.objects.filter(client_id=client_id, user_id=user.user_id, not_before__gt=user.issued_at).exists()
+    if revoked:
+        return [], False
+    return inbox_events_after(client_id=client_id, user_id=user.user_id, after=after, limit=READ_PAGE), True
+
+
+async def _events(user: InboxUser, after: int | None) -> AsyncIterator[str]:
+    key = user_key(user.client.pk, user.user_id)
+    waiter = hub.subscribe(key)
+    heartbeat = get_config().inbox.heartbeat_seconds
+    try:
+        yield f"retry: {RETRY_MILLISECONDS}\n\n"
+        if after is None:
+            last, counts = await _in_thread(_start)(user)
+            yield _event(last, "counts", counts)
+        else:
+            last = after
+        while True:
+            waiter.event.clear()  # before the read: a wake-up during it is not lost
+            events, valid = await _in_thread(_read)(user, last)
+            if not valid:
+                return  # revoked: EventSource reconnects and is answered 401
+            for event in events:
+                yield _event(event.id, event.type, event.data)
+                last = event.id
+            if len(events) == READ_PAGE:
+                continue
+            left = user.expires_at.timestamp() - time.time()
+            if left <= 0:
+                return  # expired: the reconnect is answered 401, and the page gets a new token
+            try:
+                await asyncio.wait_for(waiter.event.wait(), timeout=min(heartbeat, left))
+            except TimeoutError:
+                yield ": heartbeat\n\n"
+    finally:
+        hub.unsubscribe(key, waiter)
