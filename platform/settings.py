@@ -285,6 +285,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # The inbox's live stream is a plain async view: its operation is written by this hook.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "notifications.api.inbox_stream.stream_schema_hook",
+    ],
     # Every operation sits under one of these (notifications/api/schema.py api_operation files an
     # operation under the tag its operation_id starts with), shown in this order in /api/docs/.
     "TAGS": [

@@ -1,7 +1,7 @@
 """Real web servers for the tests that must go through one (Django's test client skips the server
-and its WSGI environ): gunicorn as deployed by gunicorn.conf.py on this run's services, and the
-embedded default as `make run` starts it (`runplatform`: Django's server, in-process broker,
-SQLite)."""
+and its WSGI environ): gunicorn with uvicorn workers as deployed by gunicorn.conf.py on this run's
+services, and the embedded default as `make run` starts it (`runplatform`: uvicorn, in-process
+broker, SQLite)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def gunicorn_server(**env: str) -> Iterator[WebServer]:
     # One worker unless a test asks for more (tests/test_metrics.py): each starts Django, which is
     # most of a server's start-up on two cores.
     env = {"WEB_CONCURRENCY": "1", **env}
-    with WebServer([*command, "platform.wsgi:application"], port=port, env=platform_env(**env)) as server:
+    with WebServer([*command, "platform.asgi:application"], port=port, env=platform_env(**env)) as server:
         yield server
 
 

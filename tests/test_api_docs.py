@@ -30,6 +30,7 @@ from .fakes import TWILIO_TOKEN, override_notifications
 
 TAGS = {
     "notifications",
+    "inbox",
     "recipients",
     "templates",
     "categories",

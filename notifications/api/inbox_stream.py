@@ -154,3 +154,40 @@ async def _events(user: InboxUser, after: int | None) -> AsyncIterator[str]:
                 yield ": heartbeat\n\n"
     finally:
         hub.unsubscribe(key, waiter)
+
+
+def stream_schema_hook(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular's postprocessing hook: the stream is a plain async view, which the schema
+    generator does not walk, so its operation is written here."""
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    result.setdefault("paths", {})["/api/v1/inbox/stream"] = {
+        "get": {
+            "operationId": "inbox_stream",
+            "summary": "Follow the user's inbox live",
+            "description": "Server-sent events (text/event-stream) for the user of the token: item.created and "
+            "item.updated (data: the item) and counts (data: unseen, unread, total), each with id:; a heartbeat comment "
+            f"every INBOX_STREAM_HEARTBEAT_SECONDS (15). Reconnect with Last-Event-ID (EventSource does) to get "
+            "exactly what was missed within INBOX_EVENT_RETENTION_SECONDS. Without it the stream starts with a counts "
+            "event. The token goes in ?token= (EventSource cannot set headers) or Authorization: Bearer. The stream "
+            "ends when the token expires or is revoked.",
+            "tags": ["inbox"],
+            "security": [{"inboxUserToken": []}],
+            "parameters": [
+                {"name": "token", "in": "query", "required": False, "schema": {"type": "string", "maxLength": 2048}},
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                    "description": "The id of the last event received; the stream sends the ones after it.",
+                },
+            ],
+            "responses": {
+                "200": {"description": "The event stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "400": {"description": "Last-Event-ID is not an event id.", "content": error},
+                "401": {"description": "No inbox user token, or one expired, revoked or not a user token.", "content": error},
+                "503": {"description": "PostgreSQL cannot be reached; try again after Retry-After.", "content": error},
+            },
+        }
+    }
+    return result
