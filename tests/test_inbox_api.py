@@ -114,7 +114,9 @@ def test_counts_stay_exact_after_50_concurrent_marks(server: WebServer) -> None:
         return session.post(server.url(f"/api/v1/inbox/items/{pk}/{action}"), headers=bearer(token), timeout=30).status_code
 
     def bulk_seen() -> int:
-        return session.post(server.url("/api/v1/inbox/bulk"), json={"action": "seen"}, headers=bearer(token), timeout=30).status_code
+        return session.post(
+            server.url("/api/v1/inbox/bulk"), json={"action": "seen"}, headers=bearer(token), timeout=30
+        ).status_code
 
     with ThreadPoolExecutor(max_workers=50) as pool:
         futures = [pool.submit(mark, target) for target in marks] + [pool.submit(bulk_seen) for _ in range(5)]
