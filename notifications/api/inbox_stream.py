@@ -166,7 +166,7 @@ def stream_schema_hook(result: dict[str, Any], generator: Any, request: Any, pub
             "summary": "Follow the user's inbox live",
             "description": "Server-sent events (text/event-stream) for the user of the token: item.created and "
             "item.updated (data: the item) and counts (data: unseen, unread, total), each with id:; a heartbeat comment "
-            f"every INBOX_STREAM_HEARTBEAT_SECONDS (15). Reconnect with Last-Event-ID (EventSource does) to get "
+            "every INBOX_STREAM_HEARTBEAT_SECONDS (15). Reconnect with Last-Event-ID (EventSource does) to get "
             "exactly what was missed within INBOX_EVENT_RETENTION_SECONDS. Without it the stream starts with a counts "
             "event. The token goes in ?token= (EventSource cannot set headers) or Authorization: Bearer. The stream "
             "ends when the token expires or is revoked.",

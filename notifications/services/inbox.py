@@ -25,6 +25,8 @@ from ..inbox.live import wake
 from ..inbox.store import ACTIONS, inbox_items_change
 from ..models import ApiClient, InboxItem, InboxTokenGate
 from ..selectors.inbox import inbox_item_get, inbox_items_of
+from .accept import NotificationRequest, notification_accept, request_fingerprint
+from .clients import api_client_get_or_create
 
 TOKEN_SALT = "notifications.inbox.user-token"
 MAX_TOKEN_TTL_SECONDS = 86_400
@@ -121,9 +123,31 @@ def inbox_items_bulk_mark(
     return len(inbox_items_change(client_id=user.client.pk, user_id=user.user_id, items=items, action=action))
 
 
-def inbox_demo_token(*, client: ApiClient, user_id: str) -> tuple[str, datetime]:
-    """A short token for the demo page's chosen user (DEBUG or INBOX_DEMO only)."""
+DEMO_CLIENT = "demo"
+DEMO_USERS = ("ann", "bob", "cho")
+
+
+def inbox_demo_token(*, user_id: str) -> tuple[str, datetime]:
+    """An hour's token for a user of the demo client (the one `make run` prints), for /inbox/demo/."""
+    if user_id not in DEMO_USERS:
+        raise ValidationFailed(f"the demo users are {', '.join(DEMO_USERS)}", extra={"field": "user"})
+    client = api_client_get_or_create(name=DEMO_CLIENT)
     return inbox_token_issue(client=client, user_id=user_id, ttl_seconds=int(timedelta(hours=1).total_seconds()))
+
+
+def inbox_demo_send(*, user_id: str, subject: str) -> str:
+    """Accept an in-app notification to a demo user, as POST /notifications would; its id."""
+    if user_id not in DEMO_USERS:
+        raise ValidationFailed(f"the demo users are {', '.join(DEMO_USERS)}", extra={"field": "user"})
+    payload = {"user_id": user_id, "channel": "in_app", "subject": subject[:200] or "Hello", "message": "Sent from the demo page"}
+    request = NotificationRequest(**payload, metadata={"source": "inbox-demo"})
+    result = notification_accept(
+        client=api_client_get_or_create(name=DEMO_CLIENT),
+        request=request,
+        idempotency_key=None,
+        fingerprint=request_fingerprint(payload),
+    )
+    return result.notification_id
 
 
 def inbox_allowed_origins_set(*, client: ApiClient, origins: list[str]) -> ApiClient:
