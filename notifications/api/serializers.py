@@ -8,13 +8,14 @@ from django.db import models
 from rest_framework import serializers
 
 from .. import services
-from ..channels.addresses import MAX_PUSH_TOKEN_LENGTH, http_url
+from ..channels.addresses import MAX_PUSH_TOKEN_LENGTH
 from ..models import DEFAULT_CATEGORY, Channel, DeliveryAttempt, Notification, Priority, Recipient, Status
 from ..services import NotificationRequest
 from .fields import (  # noqa: F401  (re-exported: other API modules and tests import them from here)
     MAX_BATCH,
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
+    InAppFields,
     RefusesUnknownFields,
     ReusedFields,
     StrictBooleanField,
@@ -87,7 +88,7 @@ class ContentRules:
         return attrs
 
 
-class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFields, InAppFields):  # type: ignore[type-arg]
     user_id = StrictCharField(max_length=255)
     message = StrictCharField(
         trim_whitespace=False, required=False, default="", help_text="The text to send; or give template and data instead."
@@ -145,26 +146,6 @@ class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFie
         "in its window join it (status digested) and one notification is sent when the window ends or max_items "
         "joined, rendered from template with items (each one's data) and count. Needs template; not with send_at.",
     )
-
-    action_url = StrictCharField(
-        max_length=2000,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="In-app: where the inbox item links to, an http(s) URL.",
-    )
-    thread_key = StrictCharField(
-        max_length=255,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="In-app: the conversation the inbox item groups under (GET /inbox/items?thread=).",
-    )
-
-    def validate_action_url(self, value: str) -> str:
-        if value:
-            http_url(value, "action_url")
-        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)

@@ -6,6 +6,25 @@ import uuid
 from django.db import migrations, models
 
 
+def support_views_inboxes(apps, schema_editor):
+    """The support group may view inbox items (a recipient's inbox), as it views notifications."""
+    from django.contrib.auth.management import create_permissions
+    from django.contrib.contenttypes.management import create_contenttypes
+
+    app_config = apps.get_app_config("notifications")
+    app_config.models_module = True
+    create_contenttypes(app_config, apps=apps, verbosity=0)
+    create_permissions(app_config, apps=apps, verbosity=0)
+    app_config.models_module = None
+    group = apps.get_model("auth", "Group").objects.filter(name="support").first()
+    if group is not None:
+        group.permissions.add(
+            apps.get_model("auth", "Permission").objects.get(
+                content_type__app_label="notifications", content_type__model="inboxitem", codename="view_inboxitem"
+            )
+        )
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -116,4 +135,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('client', 'user_id'), name='inbox_token_gate_unique_per_user')],
             },
         ),
+        migrations.RunPython(support_views_inboxes, migrations.RunPython.noop),
     ]

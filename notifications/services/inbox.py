@@ -139,7 +139,12 @@ def inbox_demo_send(*, user_id: str, subject: str) -> str:
     """Accept an in-app notification to a demo user, as POST /notifications would; its id."""
     if user_id not in DEMO_USERS:
         raise ValidationFailed(f"the demo users are {', '.join(DEMO_USERS)}", extra={"field": "user"})
-    payload = {"user_id": user_id, "channel": "in_app", "subject": subject[:200] or "Hello", "message": "Sent from the demo page"}
+    payload: dict[str, Any] = {
+        "user_id": user_id,
+        "channel": "in_app",
+        "subject": subject[:200] or "Hello",
+        "message": "Sent from the demo page",
+    }
     request = NotificationRequest(**payload, metadata={"source": "inbox-demo"})
     result = notification_accept(
         client=api_client_get_or_create(name=DEMO_CLIENT),
