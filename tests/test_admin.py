@@ -1212,6 +1212,6 @@ def test_support_sees_a_recipients_inbox_items_and_their_states(support: Client)
     assert page.status_code == 200
     text = page.content.decode()
     assert "Order shipped" in text and "Sale starts" in text and "Not ann&#x27;s" not in text and "Not ann's" not in text
-    assert "<td class=\"field-state\">read</td>" in text and "<td class=\"field-state\">unseen</td>" in text
+    assert '<td class="field-state">read</td>' in text and '<td class="field-state">unseen</td>' in text
     assert support.get(f"/admin/notifications/inboxitem/{read.pk}/change/").status_code == 200
     assert support.post(f"/admin/notifications/inboxitem/{read.pk}/delete/").status_code == 403
