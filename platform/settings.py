@@ -262,7 +262,11 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["notifications.api.auth.ApiClientTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["notifications.api.auth.IsApiClient"],
     "DEFAULT_THROTTLE_CLASSES": ["notifications.api.auth.ApiClientRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"api_client": env.str("API_THROTTLE_RATE", default="6000/min")},
+    "DEFAULT_THROTTLE_RATES": {
+        "api_client": env.str("API_THROTTLE_RATE", default="6000/min"),
+        # Per user of a client, with a user token (the inbox API and its stream's connects).
+        "inbox_user": env.str("INBOX_USER_THROTTLE_RATE", default="600/min"),
+    },
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "notifications.api.exceptions.api_exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

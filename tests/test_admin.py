@@ -873,7 +873,8 @@ def test_support_posts_to_change_and_delete_pages_are_refused_and_change_nothing
     assert (dead_letter.last_error, dead_letter.resolution) == ("550 5.1.1 no such user", Resolution.UNRESOLVED)
     assert User.objects.filter(pk=other.pk).exists() and not User.objects.filter(username="eve").exists()
     assert not support_user.is_superuser
-    granted = [*SUPPORT_MIGRATION.SUPPORT_PERMISSIONS, *FEEDBACK_MIGRATION.SUPPORT_PERMISSIONS]
+    # The inbox migration's: a recipient's in-app inbox.
+    granted = [*SUPPORT_MIGRATION.SUPPORT_PERMISSIONS, *FEEDBACK_MIGRATION.SUPPORT_PERMISSIONS, ("inboxitem", "view_inboxitem")]
     assert set(group.permissions.values_list("codename", flat=True)) == {c for _, c in granted}
     assert not Group.objects.filter(name="admins").exists()
     assert sorted(ApiClient.objects.values_list("name", flat=True)) == ["shop"]

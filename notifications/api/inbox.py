@@ -17,7 +17,7 @@ from ..models import inbox_item_fields
 from ..selectors.inbox import ARCHIVED, STATUSES, inbox_counts, inbox_feed, inbox_feed_filter, inbox_items_of
 from ..services import inbox as inbox_services
 from ..services.inbox import BULK_ACTIONS, MAX_BULK_IDS, MAX_TOKEN_TTL_SECONDS, InboxUser
-from .inbox_auth import InboxUserAuthentication, IsInboxUser
+from .inbox_auth import InboxUserAuthentication, InboxUserRateThrottle, IsInboxUser
 from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField
 from .views import _client, _require_object
@@ -28,25 +28,25 @@ USER_TOKEN_ANSWERS: dict[int, Any] = {
 MAX_PAGE = 100
 
 
-class TokenRequestSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class InboxTokenSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     user_id = StrictCharField(max_length=MAX_USER_ID_LENGTH, help_text="Your own id of the user the token acts for.")
     ttl_seconds = serializers.IntegerField(
         min_value=1, max_value=MAX_TOKEN_TTL_SECONDS, default=3600, help_text="How long the token is good for; at most a day."
     )
 
 
-class TokenSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class InboxTokenIssuedSerializer(serializers.Serializer):  # type: ignore[type-arg]
     token = serializers.CharField(help_text="Give it to the user's page: Authorization: Bearer, or ?token= for EventSource.")
     expires_at = serializers.DateTimeField()
 
 
-class CountsSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class InboxCountsSerializer(serializers.Serializer):  # type: ignore[type-arg]
     unseen = serializers.IntegerField()
     unread = serializers.IntegerField()
     total = serializers.IntegerField(help_text="Items not archived.")
 
 
-class ItemSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class InboxItemSerializer(serializers.Serializer):  # type: ignore[type-arg]
     id = serializers.UUIDField()
     notification_id = serializers.UUIDField()
     title = serializers.CharField(help_text="The notification's subject.")
@@ -61,13 +61,13 @@ class ItemSerializer(serializers.Serializer):  # type: ignore[type-arg]
     archived_at = serializers.DateTimeField(allow_null=True)
 
 
-class FeedSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    items = ItemSerializer(many=True)
+class InboxFeedSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    items = InboxItemSerializer(many=True)
     next_cursor = serializers.CharField(allow_null=True, help_text="Give it as cursor for the next page; null on the last.")
-    counts = CountsSerializer()
+    counts = InboxCountsSerializer()
 
 
-class FeedQuerySerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class InboxFeedQuerySerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     status = serializers.ChoiceField(choices=STATUSES, default="all")
     archived = serializers.ChoiceField(choices=ARCHIVED, default="exclude")
     category = StrictCharField(max_length=64, required=False, default="")
@@ -77,16 +77,16 @@ class FeedQuerySerializer(RefusesUnknownFields, serializers.Serializer):  # type
     token = StrictCharField(max_length=2048, required=False, help_text="The user token, where a header cannot be set.")
 
 
-class BulkSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class InboxBulkSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     action = serializers.ChoiceField(choices=BULK_ACTIONS)
     ids = serializers.ListField(child=serializers.UUIDField(), required=False, max_length=MAX_BULK_IDS)
     before = serializers.DateTimeField(required=False, help_text="Only items created before this moment.")
     category = StrictCharField(max_length=64, required=False, default="")
 
 
-class BulkResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class InboxBulkResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
     changed = serializers.IntegerField(help_text="Items whose state this changed.")
-    counts = CountsSerializer()
+    counts = InboxCountsSerializer()
 
 
 def _user(request: Request) -> InboxUser:
@@ -100,14 +100,14 @@ def _counts(user: InboxUser) -> dict[str, int]:
 class InboxUserView(APIView):
     authentication_classes = [InboxUserAuthentication]
     permission_classes = [IsInboxUser]
-    throttle_classes: list[Any] = []
+    throttle_classes = [InboxUserRateThrottle]
 
 
 class InboxTokensView(APIView):
     @api_operation(
         "inbox_token_create",
-        {201: TokenSerializer, 400: "user_id missing or over 255 characters, or ttl_seconds not 1 to 86,400."},
-        request=TokenRequestSerializer,
+        {201: InboxTokenIssuedSerializer, 400: "user_id missing or over 255 characters, or ttl_seconds not 1 to 86,400."},
+        request=InboxTokenSerializer,
         summary="Make an inbox token for a user",
         description="A signed token that lets one user's page read and mark that user's inbox (and only theirs) until "
         "it expires, at most a day later. Call it from your server with your client token and hand the token to "
@@ -115,7 +115,7 @@ class InboxTokensView(APIView):
         examples=[request_example("A one-hour token", {"user_id": "user-42", "ttl_seconds": 3600})],
     )
     def post(self, request: Request) -> Response:
-        serializer = TokenRequestSerializer(data=_require_object(request.data))
+        serializer = InboxTokenSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
         token, expires_at = inbox_services.inbox_token_issue(client=_client(request), **serializer.validated_data)
         return Response(
@@ -143,14 +143,18 @@ class InboxTokensView(APIView):
 class InboxItemsView(InboxUserView):
     @api_operation(
         "inbox_items_list",
-        {200: FeedSerializer, 400: "A parameter out of its range, or a cursor this feed did not give.", **USER_TOKEN_ANSWERS},
-        parameters=[FeedQuerySerializer],
+        {
+            200: InboxFeedSerializer,
+            400: "A parameter out of its range, or a cursor this feed did not give.",
+            **USER_TOKEN_ANSWERS,
+        },
+        parameters=[InboxFeedQuerySerializer],
         summary="List the user's inbox",
         description="The user's items newest first, a page at a time (next_cursor), with their counts. status: unseen, "
         "unread or all; archived: exclude (default), include or only; category and thread filter.",
     )
     def get(self, request: Request) -> Response:
-        query = FeedQuerySerializer(data=request.query_params.dict())
+        query = InboxFeedQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         params, user = query.validated_data, _user(request)
         items = inbox_feed_filter(
@@ -169,7 +173,7 @@ class InboxItemsView(InboxUserView):
 class InboxCountsView(InboxUserView):
     @api_operation(
         "inbox_counts",
-        {200: CountsSerializer, **USER_TOKEN_ANSWERS},
+        {200: InboxCountsSerializer, **USER_TOKEN_ANSWERS},
         summary="Count the user's inbox",
         description="Unseen, unread and total (not archived) items: kept with every change, so one row read.",
     )
@@ -180,7 +184,11 @@ class InboxCountsView(InboxUserView):
 class InboxItemActionView(InboxUserView):
     @api_operation(
         "inbox_item_mark",
-        {200: ItemSerializer, 404: "The user has no item with this id (another user's is not theirs).", **USER_TOKEN_ANSWERS},
+        {
+            200: InboxItemSerializer,
+            404: "The user has no item with this id (another user's is not theirs).",
+            **USER_TOKEN_ANSWERS,
+        },
         parameters=[
             OpenApiParameter("item_id", OpenApiTypes.UUID, OpenApiParameter.PATH),
             OpenApiParameter("action", str, OpenApiParameter.PATH, enum=list(inbox_services.ACTIONS)),
@@ -197,14 +205,25 @@ class InboxItemActionView(InboxUserView):
 class InboxBulkView(InboxUserView):
     @api_operation(
         "inbox_bulk_mark",
-        {200: BulkResultSerializer, 400: "An action other than seen, read or archive, or a bad filter.", **USER_TOKEN_ANSWERS},
-        request=BulkSerializer,
+        {
+            200: InboxBulkResultSerializer,
+            400: "An action other than seen, read or archive, or a bad filter.",
+            **USER_TOKEN_ANSWERS,
+        },
+        request=InboxBulkSerializer,
+        examples=[
+            request_example("Mark all read", {"action": "read"}),
+            request_example(
+                "Archive a category's older items",
+                {"action": "archive", "category": "marketing", "before": "2026-01-01T00:00:00Z"},
+            ),
+        ],
         summary="Mark many items",
         description="seen, read or archive the user's items matching every filter given (ids, created before, "
         "category); with no filter, all of them. Answers how many changed and the counts after.",
     )
     def post(self, request: Request) -> Response:
-        serializer = BulkSerializer(data=_require_object(request.data))
+        serializer = InboxBulkSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
         data, user = serializer.validated_data, _user(request)
         changed = inbox_services.inbox_items_bulk_mark(

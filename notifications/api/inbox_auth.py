@@ -12,11 +12,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 
 from ..errors import TokenRefused
@@ -72,6 +73,28 @@ class InboxUserScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untype
 class IsInboxUser(permissions.BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.user, InboxUser)
+
+
+class InboxUserRateThrottle(throttling.SimpleRateThrottle):
+    """Requests per inbox user (INBOX_USER_THROTTLE_RATE), counted in the shared cache: a page in
+    a loop slows itself down, not its client's server-side calls (those are the client's own rate)."""
+
+    scope = "inbox_user"
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        user = getattr(request, "user", None)
+        if not isinstance(user, InboxUser):
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": f"{user.client.pk}:{user.user_id}"}
+
+    def allow_user(self, user: InboxUser) -> bool:
+        """The throttle outside DRF (the stream's async view): True when the user may go on."""
+        return bool(self.allow_request(_UserRequest(user), None))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _UserRequest:
+    user: InboxUser
 
 
 class _AllowedOrigins:

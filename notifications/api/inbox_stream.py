@@ -32,7 +32,7 @@ from ..models import InboxEvent, InboxTokenGate
 from ..selectors.inbox import inbox_counts, inbox_events_after, inbox_last_event_id
 from ..services.inbox import InboxUser, inbox_token_verify
 from .exceptions import database_unavailable, error_body
-from .inbox_auth import cors_headers, request_token
+from .inbox_auth import InboxUserRateThrottle, cors_headers, request_token
 
 # Events one read sends before it reads again (a long absence is caught up in pages).
 READ_PAGE = 500
@@ -90,11 +90,16 @@ async def inbox_stream(request: HttpRequest) -> HttpResponseBase:
     except TokenRefused as exc:
         return _error(401, "authentication_failed", exc.message, origin, details={"reason": exc.extra.get("reason")})
     except Exception as exc:
-        if database_unavailable(exc):
+        if database_unavailable(exc):  # the cache (a throttle) cannot be reached: it fails open below
             response = _error(503, "unavailable", "the database cannot be reached; try again shortly", origin)
             response["Retry-After"] = "5"
             return response
         raise
+    throttle = InboxUserRateThrottle()
+    if not await _in_thread(throttle.allow_user)(user):
+        response = _error(429, "throttled", "too many requests for this user; try again later", origin)
+        response["Retry-After"] = str(max(1, int(throttle.wait() or 1)))
+        return response
     stream = StreamingHttpResponse(_events(user, after), content_type="text/event-stream; charset=utf-8")
     stream["Cache-Control"] = "no-cache, no-store"
     stream["X-Accel-Buffering"] = "no"  # a proxy (nginx) must pass each event on at once
@@ -160,6 +165,7 @@ def stream_schema_hook(result: dict[str, Any], generator: Any, request: Any, pub
     """drf-spectacular's postprocessing hook: the stream is a plain async view, which the schema
     generator does not walk, so its operation is written here."""
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    retry_after = {"Retry-After": {"required": True, "schema": {"type": "integer"}, "description": "Seconds to wait."}}
     result.setdefault("paths", {})["/api/v1/inbox/stream"] = {
         "get": {
             "operationId": "inbox_stream",
@@ -186,7 +192,16 @@ def stream_schema_hook(result: dict[str, Any], generator: Any, request: Any, pub
                 "200": {"description": "The event stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
                 "400": {"description": "Last-Event-ID is not an event id.", "content": error},
                 "401": {"description": "No inbox user token, or one expired, revoked or not a user token.", "content": error},
-                "503": {"description": "PostgreSQL cannot be reached; try again after Retry-After.", "content": error},
+                "429": {
+                    "description": "Over the user's request rate (INBOX_USER_THROTTLE_RATE); try again after Retry-After.",
+                    "content": error,
+                    "headers": retry_after,
+                },
+                "503": {
+                    "description": "PostgreSQL cannot be reached; try again after Retry-After.",
+                    "content": error,
+                    "headers": retry_after,
+                },
             },
         }
     }
