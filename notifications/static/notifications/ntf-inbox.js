@@ -17,7 +17,8 @@
 const CSS = `
 :host { position: relative; display: inline-block; font: 14px/1.4 system-ui, sans-serif; color: #1f2328; }
 button { font: inherit; cursor: pointer; }
-.bell { position: relative; border: 1px solid #d0d7de; background: #fff; border-radius: 6px; padding: 6px 10px; }
+.bell { position: relative; display: inline-flex; border: 1px solid #d0d7de; background: #fff; color: #57606a;
+  border-radius: 6px; padding: 6px 8px; }
 .badge { position: absolute; top: -8px; right: -8px; min-width: 18px; padding: 0 5px; border-radius: 9px;
   background: #cf222e; color: #fff; font-size: 12px; line-height: 18px; text-align: center; }
 .badge[hidden] { display: none; }
@@ -37,6 +38,22 @@ li.unread .title::before { content: "\\25CF  "; color: #0969da; }
 .empty { padding: 16px 12px; color: #57606a; }
 `;
 
+// A bell drawn as SVG: no icon font or emoji font is needed on the page.
+const BELL_PATH = "M12 22a2.5 2.5 0 0 0 2.45-2h-4.9A2.5 2.5 0 0 0 12 22zm7-6V11a7 7 0 0 0-5.5-6.84V3.5a1.5 1.5 0 0 0-3 0v.66A7 7 0 0 0 5 11v5l-2 2v1h18v-1z";
+
+function bellIcon() {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("width", "20");
+  svg.setAttribute("height", "20");
+  svg.setAttribute("aria-hidden", "true");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("d", BELL_PATH);
+  path.setAttribute("fill", "currentColor");
+  svg.append(path);
+  return svg;
+}
+
 const RETRY_MIN_MS = 1000;
 const RETRY_MAX_MS = 30000;
 
@@ -52,7 +69,7 @@ class NtfInbox extends HTMLElement {
     const sheet = new CSSStyleSheet();
     sheet.replaceSync(CSS);
     root.adoptedStyleSheets = [sheet];
-    this.bell = this.el("button", { class: "bell", part: "bell", "aria-label": "Notifications" }, "\u{1F514}");
+    this.bell = this.el("button", { class: "bell", part: "bell", "aria-label": "Notifications" }, bellIcon());
     this.badge = this.el("span", { class: "badge", part: "badge", hidden: "" }, "0");
     this.bell.append(this.badge);
     this.panel = this.el("div", { class: "panel", part: "panel", hidden: "" });
