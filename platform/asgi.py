@@ -2,7 +2,7 @@
 
 GET /api/v1/inbox/stream, a server-sent event stream held open for as long as the page is, is an
 async Django view: a held connection is a coroutine, not a thread. Everything else is the WSGI
-application, run in a pool of WEB_THREADS threads (a2wsgi), as gunicorn's threads ran it: the
+application, run in a pool of WEB_THREADS threads (threaded_wsgi.py), as gunicorn's threads ran it: the
 API's views, middleware and database access are synchronous, and Django's own ASGI path would
 hop between the loop and a thread for each sync middleware of every request. The stream's
 handler loads no middleware and enters no thread-sensitive context (which would pin a thread to
@@ -19,7 +19,8 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "platform.settings")
 get_asgi_application()  # django.setup(), before anything below imports a model
 
-from a2wsgi import WSGIMiddleware  # noqa: E402
+from platform.threaded_wsgi import ThreadedWSGI  # noqa: E402
+
 from django.conf import settings  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
@@ -52,7 +53,8 @@ def _wsgi_application() -> Any:
 
 
 stream = StreamHandler()
-site = WSGIMiddleware(_wsgi_application(), workers=int(os.environ.get("WEB_THREADS") or 0) or 16)
+# The threads gunicorn.conf.py gives a process (WEB_THREADS, 16), read as it reads them.
+site = ThreadedWSGI(_wsgi_application(), threads=int(os.environ.get("WEB_THREADS") or 0) or 16)
 
 
 async def application(scope: Any, receive: Any, send: Any) -> None:
