@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import requests
@@ -36,6 +37,9 @@ class InboxRun:
     sent: int = 0
     received: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    # The same, split at the item's commit (its created_at): accept -> in the inbox -> at the client.
+    delivery_ms: list[float] = field(default_factory=list)
+    stream_ms: list[float] = field(default_factory=list)
     rss_before_mb: float = 0.0
     rss_open_mb: float = 0.0
     counts_p95_ms: float = 0.0
@@ -60,6 +64,10 @@ class InboxRun:
             f"| accept -> event at the client, p50 | {p50:.0f} ms |",
             f"| accept -> event at the client, p95 | {p95:.0f} ms |",
             f"| accept -> event at the client, max | {max(self.latencies_ms, default=float('nan')):.0f} ms |",
+            f"| of which accept -> item in the inbox (worker), p50 / p95 | {percentile(self.delivery_ms, 0.5):.0f} / "
+            f"{percentile(self.delivery_ms, 0.95):.0f} ms |",
+            f"| of which item in the inbox -> event at the client (stream), p50 / p95 | {percentile(self.stream_ms, 0.5):.0f} / "
+            f"{percentile(self.stream_ms, 0.95):.0f} ms |",
             f"| web process RSS before / with the streams open | {self.rss_before_mb:.0f} MB / {self.rss_open_mb:.0f} MB |",
             f"| memory per open stream | {self.per_stream_kb:.1f} KB |",
             f"| GET /inbox/counts p95, user with {self.counts_items:,} items | {self.counts_p95_ms:.1f} ms |",
@@ -85,7 +93,8 @@ class StreamClient:
 
     def __init__(self, host: str, port: int, tokens: list[str]) -> None:
         self.host, self.port, self.tokens = host, port, tokens
-        self.arrivals: dict[str, float] = {}
+        # notification id -> (when the event was read, the item's created_at), wall clock seconds.
+        self.arrivals: dict[str, tuple[float, float]] = {}
         self.open = 0
         self.failed = 0
         self.loop = asyncio.new_event_loop()
@@ -117,7 +126,8 @@ class StreamClient:
                 event = line[7:].strip().decode()
             elif line.startswith(b"data: ") and event == "item.created":
                 data = json.loads(line[6:])
-                self.arrivals.setdefault(data["notification_id"], time.monotonic())
+                created = datetime.fromisoformat(data["created_at"].replace("Z", "+00:00")).timestamp()
+                self.arrivals.setdefault(data["notification_id"], (time.time(), created))
         writer.close()
 
     async def _main(self) -> None:
@@ -182,7 +192,7 @@ def inbox_streams(*, streams: int = 2000, rate: float = 100.0, seconds: float = 
         for n in range(int(rate * seconds)):
             time.sleep(max(0.0, started + n / rate - time.monotonic()))
             body = {"user_id": users[(n * 7919) % streams], "channel": "in_app", "subject": f"n{n}", "message": "bench"}
-            before = time.monotonic()
+            before = time.time()
             answer = session.post(
                 f"{url}/api/v1/notifications", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10
             )
@@ -192,7 +202,10 @@ def inbox_streams(*, streams: int = 2000, rate: float = 100.0, seconds: float = 
         wait_for(lambda: len(reader.arrivals) >= run.sent, timeout=60, what="every item.created event", interval=0.2)
         reader.close()
         run.received = sum(1 for pk in sent_at if pk in reader.arrivals)
-        run.latencies_ms = [(reader.arrivals[pk] - at) * 1000 for pk, at in sent_at.items() if pk in reader.arrivals]
+        arrived = {pk: (at, *reader.arrivals[pk]) for pk, at in sent_at.items() if pk in reader.arrivals}
+        run.latencies_ms = [(read - at) * 1000 for at, read, _ in arrived.values()]
+        run.delivery_ms = [(created - at) * 1000 for at, _, created in arrived.values()]
+        run.stream_ms = [(read - created) * 1000 for _, read, created in arrived.values()]
         run.counts_items = 100_000
         run.counts_p95_ms = _counts_p95(url, items=run.counts_items)
     return run

@@ -120,11 +120,14 @@ def _start(user: InboxUser) -> tuple[int, dict[str, int]]:
     ).as_dict()
 
 
-def _read(user: InboxUser, after: int) -> tuple[list[InboxEvent], bool]:
-    """The user's events after ``after``, and whether their token still holds (not revoked since)."""
+def _read(user: InboxUser, after: int, *, check_token: bool) -> tuple[list[InboxEvent], bool]:
+    """The user's events after ``after``, and whether their token still holds: checked when the
+    wake-up said their tokens were revoked (one query more), else taken to hold."""
     client_id = user.client.pk
-    revoked = InboxTokenGate.objects.filter(client_id=client_id, user_id=user.user_id, not_before__gt=user.issued_at).exists()
-    if revoked:
+    if (
+        check_token
+        and InboxTokenGate.objects.filter(client_id=client_id, user_id=user.user_id, not_before__gt=user.issued_at).exists()
+    ):
         return [], False
     return inbox_events_after(client_id=client_id, user_id=user.user_id, after=after, limit=READ_PAGE), True
 
@@ -132,6 +135,7 @@ def _read(user: InboxUser, after: int) -> tuple[list[InboxEvent], bool]:
 async def _events(user: InboxUser, after: int | None) -> AsyncIterator[str]:
     key = user_key(user.client.pk, user.user_id)
     waiter = hub.subscribe(key)
+    waiter.revoked = True  # the first read checks the token: a revocation since it was verified was not heard
     heartbeat = get_config().inbox.heartbeat_seconds
     try:
         yield f"retry: {RETRY_MILLISECONDS}\n\n"
@@ -142,7 +146,8 @@ async def _events(user: InboxUser, after: int | None) -> AsyncIterator[str]:
             last = after
         while True:
             waiter.event.clear()  # before the read: a wake-up during it is not lost
-            events, valid = await _in_thread(_read)(user, last)
+            check_token, waiter.revoked = waiter.revoked, False
+            events, valid = await _in_thread(_read)(user, last, check_token=check_token)
             if not valid:
                 return  # revoked: EventSource reconnects and is answered 401
             for event in events:

@@ -23,6 +23,9 @@ logger = logging.getLogger("notifications.inbox")
 # After a lost Redis subscription, the first retry waits this long, doubling up to the cap.
 RESUBSCRIBE_BASE_SECONDS = 0.5
 RESUBSCRIBE_CAP_SECONDS = 10.0
+# What a wake-up message says, before "|<client id>:<user id>".
+EVENTS = "e"
+REVOKED = "r"
 
 
 def user_key(client_id: Any, user_id: str) -> str:
@@ -39,8 +42,12 @@ class Waiter:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
+        # Set with a wake-up that says the user's tokens were revoked: the stream checks its own.
+        self.revoked = False
 
-    def wake(self) -> None:
+    def wake(self, *, revoked: bool = False) -> None:
+        if revoked:
+            self.revoked = True
         with contextlib.suppress(RuntimeError):  # its loop has closed: the stream is gone
             self.loop.call_soon_threadsafe(self.event.set)
 
@@ -74,17 +81,17 @@ class Hub:
         with self._lock:
             return sum(len(waiters) for waiters in self._waiters.values())
 
-    def notify(self, key: str) -> None:
+    def notify(self, key: str, *, revoked: bool = False) -> None:
         with self._lock:
             waiters = list(self._waiters.get(key, ()))
         for waiter in waiters:
-            waiter.wake()
+            waiter.wake(revoked=revoked)
 
     def notify_all(self) -> None:
         with self._lock:
             waiters = [waiter for group in self._waiters.values() for waiter in group]
         for waiter in waiters:
-            waiter.wake()
+            waiter.wake(revoked=True)  # after an outage a revocation may have been missed too
 
     def _listen_on(self, loop: asyncio.AbstractEventLoop) -> None:
         listener = self._listener
@@ -109,7 +116,8 @@ class Hub:
                     async for message in pubsub.listen():
                         if message.get("type") == "message":
                             data = message["data"]
-                            self.notify(data.decode() if isinstance(data, bytes) else str(data))
+                            kind, _, key = (data.decode() if isinstance(data, bytes) else str(data)).partition("|")
+                            self.notify(key, revoked=kind == REVOKED)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -128,15 +136,17 @@ def _redis_configured() -> bool:
 hub = Hub()
 
 
-def wake(*, client_id: Any, user_id: str) -> None:
-    """Wake the streams of a user, in every process; called after the change has committed."""
+def wake(*, client_id: Any, user_id: str, revoked: bool = False) -> None:
+    """Wake the streams of a user, in every process; called after the change has committed.
+    ``revoked``: the user's tokens were revoked, so each stream checks its own (else it reads
+    only its events: one query a wake-up)."""
     key = user_key(client_id, user_id)
     redis = redis_client()
     if redis is None:
-        hub.notify(key)
+        hub.notify(key, revoked=revoked)
         return
     try:
-        redis.publish(pubsub_channel(), key)
+        redis.publish(pubsub_channel(), f"{REVOKED if revoked else EVENTS}|{key}")
     except Exception as exc:  # the change is committed: a stream finds it at its next wake-up
         logger.warning("inbox wake-up not published (%s)", exc.__class__.__name__)
-        hub.notify(key)
+        hub.notify(key, revoked=revoked)

@@ -65,7 +65,7 @@ def inbox_tokens_revoke(*, client: ApiClient, user_id: str) -> datetime:
     with transaction.atomic():
         InboxTokenGate.objects.update_or_create(client=client, user_id=user_id, defaults={"not_before": now})
         # Open streams read the gate when woken: they end now rather than at their token's expiry.
-        transaction.on_commit(lambda: wake(client_id=client.pk, user_id=user_id))
+        transaction.on_commit(lambda: wake(client_id=client.pk, user_id=user_id, revoked=True))
     return now
 
 
