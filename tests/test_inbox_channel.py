@@ -193,3 +193,16 @@ def test_another_users_item_is_not_found(client_and_token: tuple[ApiClient, str]
     with pytest.raises(NotFound):
         inbox_item_mark(user=user(client), item_id=str(bobs.pk), action="read")
     assert InboxItem.objects.get(pk=bobs.pk).read_at is None
+
+
+def test_a_stream_sends_what_its_wake_ups_carried_only_when_they_follow_its_last_event() -> None:
+    from notifications.api.inbox_stream import _told
+    from notifications.inbox.live import Told
+
+    first, second = Told(10, [(11, "item.created", {}), (12, "counts", {})]), Told(12, [(13, "counts", {})])
+
+    assert [event[0] for event in _told([first, second], 10) or []] == [11, 12, 13]
+    assert [event[0] for event in _told([first, second], 12) or []] == [13]  # the first was read already
+    assert _told([second], 10) is None  # a wake-up between was lost or comes later: read the database
+    assert _told([first, None], 10) is None  # one carried nothing (too large, or a revocation)
+    assert _told([], 10) == []

@@ -2,10 +2,11 @@
 
 An async view: a held connection is a coroutine waiting on its wake-up (inbox/live.py), not a
 thread. It sends ``item.created``, ``item.updated`` and ``counts`` events, each with ``id:`` (the
-event's row id), and a heartbeat comment every INBOX_STREAM_HEARTBEAT_SECONDS. Each wake-up reads
-the user's events after the last id sent, from the database where they are numbered in commit
-order, so a reconnect with ``Last-Event-ID`` within the resume window (INBOX_EVENT_RETENTION_SECONDS)
-gets exactly what it missed, nothing twice. Without ``Last-Event-ID`` the stream starts with the
+event's row id), and a heartbeat comment every INBOX_STREAM_HEARTBEAT_SECONDS. A wake-up that
+carries the events following the last id sent is sent as it is; any other reads the user's events
+after that id from the database, where they are numbered in commit order (inbox/live.py). So a
+reconnect with ``Last-Event-ID`` within the resume window (INBOX_EVENT_RETENTION_SECONDS) gets
+exactly what it missed, nothing twice. Without ``Last-Event-ID`` the stream starts with the
 user's counts, under the id of their latest event. The database reads run in the loop's shared
 thread pool (``thread_sensitive=False``) for a moment each, never held for the connection.
 
@@ -27,9 +28,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 
 from ..conf import get_config
 from ..errors import TokenRefused
-from ..inbox.live import hub, user_key
+from ..inbox.live import Told, hub, user_key
 from ..models import InboxEvent, InboxTokenGate
-from ..selectors.inbox import inbox_counts, inbox_events_after, inbox_last_event_id
+from ..selectors.inbox import inbox_counts_and_last_event, inbox_events_after
 from ..services.inbox import InboxUser, inbox_token_verify
 from .exceptions import database_unavailable, error_body
 from .inbox_auth import InboxUserRateThrottle, cors_headers, request_token
@@ -39,6 +40,7 @@ READ_PAGE = 500
 # What EventSource waits before it reconnects after the stream ends.
 RETRY_MILLISECONDS = 2000
 MAX_EVENT_ID = 2**63 - 1
+READ_EVERY_HEARTBEATS = 4
 
 
 def _in_thread(function: Any) -> Any:
@@ -113,11 +115,25 @@ def _event(event_id: int, event_type: str, data: dict[str, Any]) -> str:
 
 
 def _start(user: InboxUser) -> tuple[int, dict[str, int]]:
-    """Where a new stream starts: the user's latest event id, and their counts now."""
-    client_id = user.client.pk
-    return inbox_last_event_id(client_id=client_id, user_id=user.user_id), inbox_counts(
-        client_id=client_id, user_id=user.user_id
-    ).as_dict()
+    """Where a new stream starts: the user's latest event id, and their counts now (one row)."""
+    counts, last = inbox_counts_and_last_event(client_id=user.client.pk, user_id=user.user_id)
+    return last, counts.as_dict()
+
+
+def _told(told: list[Told | None], last: int) -> list[tuple[int, str, Any]] | None:
+    """The events the wake-ups carried that follow ``last`` without a gap; None when one carried
+    nothing or does not follow (then the stream reads the database)."""
+    events: list[tuple[int, str, Any]] = []
+    for change in told:
+        if change is None or not change.events:
+            return None
+        if change.events[-1][0] <= last:
+            continue  # sent already (a read caught it up)
+        if change.previous != last:
+            return None
+        events += change.events
+        last = change.events[-1][0]
+    return events
 
 
 def _read(user: InboxUser, after: int, *, check_token: bool) -> tuple[list[InboxEvent], bool]:
@@ -144,16 +160,25 @@ async def _events(user: InboxUser, after: int | None) -> AsyncIterator[str]:
             yield _event(last, "counts", counts)
         else:
             last = after
+        read = True  # a new stream reads what came since its start
+        heartbeats = 0
         while True:
             waiter.event.clear()  # before the read: a wake-up during it is not lost
             check_token, waiter.revoked = waiter.revoked, False
-            events, valid = await _in_thread(_read)(user, last, check_token=check_token)
-            if not valid:
-                return  # revoked: EventSource reconnects and is answered 401
-            for event in events:
-                yield _event(event.id, event.type, event.data)
-                last = event.id
-            if len(events) == READ_PAGE:
+            told, waiter.told = waiter.told, []
+            carried = None if (read or check_token) else _told(told, last)
+            if carried is not None:
+                events = carried
+            else:
+                rows, valid = await _in_thread(_read)(user, last, check_token=check_token)
+                if not valid:
+                    return  # revoked: EventSource reconnects and is answered 401
+                events = [(row.id, row.type, row.data) for row in rows]
+            read = carried is None and len(events) == READ_PAGE
+            for event_id, event_type, data in events:
+                yield _event(event_id, event_type, data)
+                last = event_id
+            if read:
                 continue
             left = user.expires_at.timestamp() - time.time()
             if left <= 0:
@@ -162,6 +187,10 @@ async def _events(user: InboxUser, after: int | None) -> AsyncIterator[str]:
                 await asyncio.wait_for(waiter.event.wait(), timeout=min(heartbeat, left))
             except TimeoutError:
                 yield ": heartbeat\n\n"
+                heartbeats += 1
+                # Now and then a quiet stream reads anyway: a wake-up whose publish failed (Redis
+                # down for a moment) is caught up within a minute, not at the user's next change.
+                read = heartbeats % READ_EVERY_HEARTBEATS == 0
     finally:
         hub.unsubscribe(key, waiter)
 

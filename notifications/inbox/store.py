@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from ..models import InboxCounter, InboxCounts, InboxEvent, InboxEventType, InboxItem, counted, inbox_item_fields
 from ..sql import insert_or_nothing
-from .live import wake
+from .live import Told, wake
 
 # A bulk change sends each changed item as an item.updated event up to this many; past it only the
 # counts (with "resync": true, so a page reloads its list instead of taking thousands of events).
@@ -73,8 +73,10 @@ def inbox_item_deliver(*, values: dict[str, Any]) -> tuple[InboxItem, bool]:
         if not insert_or_nothing(InboxItem, row, conflict_fields=("notification_id",)):
             return InboxItem.objects.get(notification_id=item.notification_id), False
         InboxCounter.add(client_id=item.client_id, user_id=item.user_id, delta=item.counts)
-        _events_append(client_id=item.client_id, user_id=item.user_id, items=[item], event_type=InboxEventType.ITEM_CREATED)
-        transaction.on_commit(lambda: wake(client_id=item.client_id, user_id=item.user_id))
+        told = _events_append(
+            client_id=item.client_id, user_id=item.user_id, items=[item], event_type=InboxEventType.ITEM_CREATED
+        )
+        transaction.on_commit(lambda: wake(client_id=item.client_id, user_id=item.user_id, told=told))
     return item, True
 
 
@@ -100,23 +102,27 @@ def inbox_items_change(*, client_id: Any, user_id: str, items: QuerySet[InboxIte
         InboxCounter.add(client_id=client_id, user_id=user_id, delta=delta)
         if len(changed) <= BULK_EVENT_ITEMS:
             updated = InboxItem.objects.filter(pk__in=changed).order_by("-created_at", "-id")
-            _events_append(client_id=client_id, user_id=user_id, items=updated, event_type=InboxEventType.ITEM_UPDATED)
+            told = _events_append(client_id=client_id, user_id=user_id, items=updated, event_type=InboxEventType.ITEM_UPDATED)
         else:
-            _events_append(client_id=client_id, user_id=user_id, items=[], event_type=InboxEventType.ITEM_UPDATED, resync=True)
-        transaction.on_commit(lambda: wake(client_id=client_id, user_id=user_id))
+            told = _events_append(
+                client_id=client_id, user_id=user_id, items=[], event_type=InboxEventType.ITEM_UPDATED, resync=True
+            )
+        transaction.on_commit(lambda: wake(client_id=client_id, user_id=user_id, told=told))
     return changed
 
 
-def _events_append(*, client_id: Any, user_id: str, items: Iterable[InboxItem], event_type: str, resync: bool = False) -> None:
-    """The events of one change: one per item, then the user's counts as they now are."""
-    counter = InboxCounter.objects.filter(client_id=client_id, user_id=user_id).first()
-    counts = InboxCounts(counter.unseen, counter.unread, counter.total) if counter else InboxCounts()
-    counts_data: dict[str, Any] = counts.as_dict()
+def _events_append(*, client_id: Any, user_id: str, items: Iterable[InboxItem], event_type: str, resync: bool = False) -> Told:
+    """The events of one change: one per item, then the user's counts as they now are; returns
+    them with the id of the user's event before them (the wake-up carries both)."""
+    counter = InboxCounter.objects.get(client_id=client_id, user_id=user_id)  # locked by this change's UPDATE
+    counts_data: dict[str, Any] = InboxCounts(counter.unseen, counter.unread, counter.total).as_dict()
     if resync:
         counts_data["resync"] = True
     events = [InboxEvent(client_id=client_id, user_id=user_id, type=event_type, data=inbox_item_fields(item)) for item in items]
     events.append(InboxEvent(client_id=client_id, user_id=user_id, type=InboxEventType.COUNTS, data=counts_data))
     InboxEvent.objects.bulk_create(events)
+    InboxCounter.objects.filter(pk=counter.pk).update(last_event_id=events[-1].id)
+    return Told(previous=counter.last_event_id, events=[(event.id, event.type, event.data) for event in events])
 
 
 def inbox_events_purge(*, before: datetime) -> int:

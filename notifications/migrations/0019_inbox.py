@@ -80,6 +80,7 @@ class Migration(migrations.Migration):
                 ('unseen', models.IntegerField(default=0)),
                 ('unread', models.IntegerField(default=0)),
                 ('total', models.IntegerField(default=0)),
+                ('last_event_id', models.BigIntegerField(default=0)),
                 ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='notifications.apiclient')),
             ],
             options={

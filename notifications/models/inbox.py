@@ -94,6 +94,9 @@ class InboxCounter(models.Model):
     unseen = models.IntegerField(default=0)
     unread = models.IntegerField(default=0)
     total = models.IntegerField(default=0)
+    # The id of the user's latest stream event: a wake-up carrying a change's events says which id
+    # came before them, so a stream that sent that one can send these without a read.
+    last_event_id = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["client", "user_id"], name="inbox_counter_unique_per_user")]
@@ -110,7 +113,7 @@ class InboxCounter(models.Model):
             return
         insert_or_nothing(
             cls,
-            {"client_id": client_id, "user_id": user_id, "unseen": 0, "unread": 0, "total": 0},
+            {"client_id": client_id, "user_id": user_id, "unseen": 0, "unread": 0, "total": 0, "last_event_id": 0},
             conflict_fields=("client_id", "user_id"),
         )
         cls.objects.filter(client_id=client_id, user_id=user_id).update(**changes)

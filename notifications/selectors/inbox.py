@@ -100,6 +100,11 @@ def inbox_events_after(*, client_id: Any, user_id: str, after: int, limit: int =
     return list(InboxEvent.objects.filter(client_id=client_id, user_id=user_id, id__gt=after).order_by("id")[:limit])
 
 
-def inbox_last_event_id(*, client_id: Any, user_id: str) -> int:
-    last = InboxEvent.objects.filter(client_id=client_id, user_id=user_id).order_by("-id").values_list("id", flat=True).first()
-    return int(last or 0)
+def inbox_counts_and_last_event(*, client_id: Any, user_id: str) -> tuple[InboxCounts, int]:
+    """The user's counts and the id of their latest stream event, from their counter row."""
+    row = (
+        InboxCounter.objects.filter(client_id=client_id, user_id=user_id)
+        .values_list("unseen", "unread", "total", "last_event_id")
+        .first()
+    )
+    return (InboxCounts(*row[:3]), int(row[3])) if row else (InboxCounts(), 0)
