@@ -5,8 +5,8 @@ async Django view: a held connection is a coroutine, not a thread. Everything el
 application, run in a pool of WEB_THREADS threads (threaded_wsgi.py), as gunicorn's threads ran it: the
 API's views, middleware and database access are synchronous, and Django's own ASGI path would
 hop between the loop and a thread for each sync middleware of every request. The stream's
-handler loads no middleware and enters no thread-sensitive context (which would pin a thread to
-each open stream); its view answers its own errors and CORS headers.
+handler loads only SecurityMiddleware and enters no thread-sensitive context (which would pin a
+thread to each open stream); its view answers its own errors and CORS headers.
 """
 
 from __future__ import annotations
@@ -25,18 +25,22 @@ from django.conf import settings  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
+from django.middleware.security import SecurityMiddleware  # noqa: E402
 
 STREAM_PATH = "/api/v1/inbox/stream"
 
 
 class StreamHandler(ASGIHandler):
-    """Django's ASGI handler for the live stream alone: no middleware, no thread-sensitive context."""
+    """Django's ASGI handler for the live stream alone: no thread-sensitive context, and of the
+    middleware only SecurityMiddleware (HTTPS redirect, HSTS), whose one short sync step at
+    connect runs in asgiref's shared thread."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
         self._exception_middleware: list[Any] = []
-        self._middleware_chain = convert_exception_to_response(self._get_response_async)  # type: ignore[attr-defined]
+        view = convert_exception_to_response(self._get_response_async)  # type: ignore[attr-defined]
+        self._middleware_chain = convert_exception_to_response(SecurityMiddleware(view))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.handle(scope, receive, send)

@@ -195,3 +195,38 @@ def test_the_stream_resumes_from_last_event_id_with_nothing_lost_or_doubled(serv
     assert events[-1].data == {"unseen": 4, "unread": 4, "total": 4}
     assert later.data["title"] == "after the resume" and after.type == "counts" and after.data["total"] == 5
     assert resumed.events.empty()
+
+
+def test_pages_of_an_allowed_origin_may_call_the_inbox_and_others_may_not(server: WebServer) -> None:
+    shop, shop_token = make_api_client("shop")
+    deliver_item(shop, "ann")
+    refused = requests.patch(
+        server.url("/api/v1/client"), json={"inbox_allowed_origins": ["app.example.com"]}, headers=bearer(shop_token), timeout=10
+    )
+    allowed = requests.patch(
+        server.url("/api/v1/client"),
+        json={"inbox_allowed_origins": ["https://App.example.com/"]},
+        headers=bearer(shop_token),
+        timeout=10,
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "inbox_allowed_origins"
+    assert allowed.status_code == 200 and allowed.json()["inbox_allowed_origins"] == ["https://app.example.com"]
+    token = user_token(server.base_url, shop_token, "ann")
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+
+    def origin_answers(origin: str) -> tuple[requests.Response, requests.Response, requests.Response]:
+        url = server.url("/api/v1/inbox/items")
+        with_origin = {"Origin": origin}
+        return (
+            requests.options(url, headers={**with_origin, **preflight}, timeout=10),
+            requests.get(url, headers={**with_origin, **bearer(token)}, timeout=10),
+            requests.get(server.url("/api/v1/inbox/stream"), params={"token": "x"}, headers=with_origin, timeout=10),
+        )
+
+    options, feed, stream = origin_answers("https://app.example.com")
+    assert options.status_code == 204 and options.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    assert "Authorization" in options.headers["Access-Control-Allow-Headers"]
+    assert feed.status_code == 200 and feed.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    assert stream.status_code == 401 and stream.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    for answer in origin_answers("https://evil.example.net"):
+        assert "Access-Control-Allow-Origin" not in answer.headers

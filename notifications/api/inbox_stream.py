@@ -10,8 +10,8 @@ exactly what it missed, nothing twice. Without ``Last-Event-ID`` the stream star
 user's counts, under the id of their latest event. The database reads run in the loop's shared
 thread pool (``thread_sensitive=False``) for a moment each, never held for the connection.
 
-platform/asgi.py serves this view with no middleware (it answers its own errors and CORS), so
-that nothing holds a thread for the life of the connection.
+platform/asgi.py serves this view with SecurityMiddleware alone (it answers its own errors and
+CORS), so that nothing holds a thread for the life of the connection.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import DisallowedHost
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 
@@ -79,7 +80,13 @@ async def inbox_stream(request: HttpRequest) -> HttpResponseBase:
             response[name] = value
         return response
     if request.method != "GET":
-        return _error(405, "method_not_allowed", f'Method "{request.method}" not allowed.', origin)
+        refused = _error(405, "method_not_allowed", f'Method "{request.method}" not allowed.', origin)
+        refused["Allow"] = "GET, OPTIONS"
+        return refused
+    try:
+        request.get_host()  # ALLOWED_HOSTS, as CommonMiddleware checks it for every other page
+    except DisallowedHost:
+        return _error(400, "bad_request", "the Host header is not one this platform serves", origin)
     try:
         after = _last_event_id(request)
     except ValueError:
