@@ -1,4 +1,4 @@
-# Slim, non-root image running gunicorn; the same image runs the worker, sweeper and consumer
+# Slim, non-root image running gunicorn with uvicorn workers (platform/asgi.py); the same image runs the worker, sweeper and consumer
 # (see deploy/compose.yaml). Run from /app so the project's `platform` package is found first.
 FROM python:3.11-slim AS base
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -12,4 +12,5 @@ USER app
 ENV DEBUG=false STATIC_ROOT=/app/var/static
 EXPOSE 8000
 # Bind, one threaded process and JSON logs: gunicorn.conf.py.
-CMD ["python", "-m", "gunicorn", "platform.wsgi:application"]
+# uvicorn workers (gunicorn.conf.py): the API and admin, and the inbox's live streams, on port 8000.
+CMD ["python", "-m", "gunicorn", "platform.asgi:application"]

@@ -12,7 +12,9 @@ bind = "0.0.0.0:8000"
 # One worker process per core (WEB_CONCURRENCY overrides), each with threads: the accept path
 # waits on PostgreSQL most of the time, and one process never used the second core.
 workers = int(os.environ.get("WEB_CONCURRENCY") or 0) or os.cpu_count() or 1
-worker_class = "gthread"
+# uvicorn workers serve platform.asgi:application: the live inbox streams as coroutines, the rest
+# of the site in WEB_THREADS threads (platform/asgi.py), as gthread's threads served it.
+worker_class = "uvicorn_worker.UvicornWorker"
 # 16 threads a process (WEB_THREADS overrides): concurrent accepts are written together
 # (notifications/services/accept_group.py), so more requests in flight make fewer, larger
 # transactions; each thread holds one PostgreSQL connection (CONN_MAX_AGE keeps it).

@@ -60,14 +60,18 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def web_server(*, workers: int = 1) -> Iterator[tuple[str, BenchProcess]]:
-    """``python -m gunicorn platform.wsgi:application`` as the image runs it (gunicorn.conf.py: its
-    processes, 16 threads each), on a free port of 127.0.0.1, with ``--workers`` as asked."""
+def web_server(*, workers: int = 1, gthread: bool = False) -> Iterator[tuple[str, BenchProcess]]:
+    """``python -m gunicorn platform.asgi:application`` as the image runs it (gunicorn.conf.py: its
+    processes, uvicorn workers, 16 threads each for the WSGI site), on a free port of 127.0.0.1, with
+    ``--workers`` as asked; ``gthread``: the WSGI application on gunicorn's own threads instead, as
+    served before the inbox's streams (for the comparison in bench/inbox.py)."""
     port = free_port()
     argv = [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"]
     # A control socket of its own: gunicorn's default (~/.gunicorn/gunicorn.ctl) is one per user.
     argv += ["--workers", str(workers), "--control-socket", str(LOG_DIR / f"gunicorn-{port}.ctl")]
-    with BenchProcess(f"web-w{workers}", [*argv, "platform.wsgi:application"], env=platform_env(LOG_LEVEL="INFO")) as server:
+    application = ["--worker-class", "gthread", "platform.wsgi:application"] if gthread else ["platform.asgi:application"]
+    name = f"web-w{workers}" + ("-gthread" if gthread else "")
+    with BenchProcess(name, [*argv, *application], env=platform_env(LOG_LEVEL="INFO")) as server:
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _healthy(url), timeout=60, what="gunicorn to answer /healthz", interval=0.2, watch=server)
         yield url, server

@@ -12,7 +12,8 @@ ratio (the VM is small, shared and noisy):
 7. rate-limit accuracy                                                 bench/rate_limit.py
 8. a broadcast's fan-out (time, peak memory) and delivery against a drain   bench/broadcast.py
 9. the noisy neighbour: B's single webhooks during A's 6,000-subscriber broadcast, and alone   bench/noisy.py
-10. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+10. the in-app inbox: 2,000 live streams on one ASGI process at 100 notifications/s   bench/inbox.py
+11. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
 
 The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
 afterwards; every process it starts is stopped when its part ends, whatever happened.
@@ -35,7 +36,7 @@ from bench import machine, report  # noqa: E402
 from bench.harness import LOG_DIR, ROOT, bench_resources, log, require_tool, setup_django  # noqa: E402
 from bench.profiling import py_spy  # noqa: E402
 
-PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast", "noisy")
+PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast", "noisy", "inbox")
 
 
 def options() -> argparse.Namespace:
@@ -179,6 +180,10 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
     if "broadcast" in parts:
         sizes = [int(size) for size in args.subscribers.split(",")]
         extra += ["", *broadcast.section(broadcast.broadcast_bench(sizes=sizes, deliveries=args.broadcast_deliveries))]
+    if "inbox" in parts:
+        from bench import inbox
+
+        extra += ["", *inbox.inbox_streams().lines(), "", *inbox.front_comparison(duration=args.duration)]
     return extra
 
 

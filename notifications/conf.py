@@ -27,6 +27,7 @@ from .errors import ValidationFailed
 from .locales import locale_normalize
 from .option_values import CircuitPolicy as CircuitPolicy
 from .option_values import FailoverAccount as FailoverAccount
+from .option_values import InboxOptions as InboxOptions
 from .option_values import RateLimit as RateLimit
 from .option_values import RetryPolicy as RetryPolicy
 from .option_values import parse_failover_accounts as parse_failover_accounts
@@ -114,6 +115,7 @@ class NotificationsConfig:
     # Backup provider accounts by channel, in order (the primary is not listed); and the breaker.
     failover_accounts: dict[str, tuple[FailoverAccount, ...]] = field(repr=False)
     circuit: CircuitPolicy
+    inbox: InboxOptions
 
     @property
     def send_deadline_seconds(self) -> float:
@@ -193,6 +195,12 @@ def get_config() -> NotificationsConfig:
             if values[key]
         },
         "circuit": _from_options(CircuitPolicy, values, "PROVIDER_CIRCUIT_"),
+        "inbox": InboxOptions(
+            values["INBOX_STREAM_HEARTBEAT_SECONDS"],
+            values["INBOX_EVENT_RETENTION_SECONDS"],
+            # The demo page is served where DEBUG is on (make run), in production only when asked.
+            demo=settings.DEBUG or values["INBOX_DEMO"],
+        ),
     }
     return NotificationsConfig(
         **{

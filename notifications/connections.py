@@ -39,3 +39,18 @@ def redis_client() -> Any | None:
     if backend is None or not hasattr(backend, "get_client"):
         return None
     return backend.get_client(write=True)
+
+
+def redis_pubsub_client() -> Any | None:
+    """An asyncio Redis client on the cache's server, for a process's live-update subscription
+    (notifications/inbox/live.py); None on the embedded default (no Redis)."""
+    if not settings.REDIS_URL:
+        return None
+    import redis.asyncio
+
+    return redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, health_check_interval=30)
+
+
+def redis_key_prefix() -> str:
+    """The prefix of the cache's keys, which names this deployment's (or test run's) Redis channels too."""
+    return str(settings.CACHE_KEY_PREFIX)

@@ -95,3 +95,10 @@ class PermanentChannelError(ChannelError):
     """Will fail the same way every time: a rejected address, a 4xx other than 429."""
 
     code = "permanent"
+
+
+class TokenRefused(NotificationError):
+    """An inbox user token that is not one (a client token, a forgery), has expired, or was
+    issued before its user's tokens were revoked; ``extra['reason']`` says which."""
+
+    code = "token_refused"

@@ -154,3 +154,13 @@ def parse_retry_policies(value: str) -> dict[str, RetryPolicy]:
             ) from None
         policies[channel.strip()] = policy
     return policies
+
+
+@dataclass(frozen=True)
+class InboxOptions:
+    """The in-app inbox's options: the stream's heartbeat, how long its events are kept for a
+    resume (Last-Event-ID), and whether /inbox/demo/ is served (default: with DEBUG)."""
+
+    heartbeat_seconds: float
+    event_retention_seconds: float
+    demo: bool

@@ -18,6 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from notifications.options import read_app_options, read_platform_options
 
+from .api_docs import API_DOCS_SETTINGS
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -66,6 +68,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: the request id, and JSON for every /api/ answer whatever raised below.
     "notifications.api.middleware.ApiRequestMiddleware",
+    # Preflights and CORS headers of the inbox API, for each client's inbox_allowed_origins.
+    "notifications.api.inbox.auth.InboxCorsMiddleware",
     # OpenTelemetry's middleware is inserted right after this one (notifications/tracing.py).
     "notifications.tracing.RequestTargetMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
@@ -272,7 +276,11 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["notifications.api.auth.ApiClientTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["notifications.api.auth.IsApiClient"],
     "DEFAULT_THROTTLE_CLASSES": ["notifications.api.auth.ApiClientRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"api_client": _option["API_THROTTLE_RATE"]},
+    "DEFAULT_THROTTLE_RATES": {
+        "api_client": _option["API_THROTTLE_RATE"],
+        # Per user of a client, with a user token (the inbox API and its stream's connects).
+        "inbox_user": _option["INBOX_USER_THROTTLE_RATE"],
+    },
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "notifications.api.exceptions.api_exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
@@ -283,57 +291,8 @@ REST_FRAMEWORK = {
     # so a client cannot pick its address with a header of its own.
     "NUM_PROXIES": _option["API_NUM_PROXIES"],
 }
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Notification platform API",
-    "DESCRIPTION": "Accept, track and cancel email, SMS, push and webhook notifications.\n\n"
-    "Every /api/v1/ call but the providers' carries `Authorization: Bearer <token>`, a token an operator makes with "
-    '`manage.py create_api_client <name>`. Every error answers `{"error": {"code", "message", "field", '
-    '"details"}}`; a 429 or 503 says in Retry-After when to try again. Each request example here can be sent as it '
-    "is once what it names exists (the recipient user-42, the template welcome, the topic product-news).",
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
-    "SERVE_AUTHENTICATION": [],
-    "COMPONENT_SPLIT_REQUEST": True,
-    # Every operation sits under one of these (notifications/api/schema.py api_operation files an
-    # operation under the tag its operation_id starts with), shown in this order in /api/docs/.
-    "TAGS": [
-        {"name": "notifications", "description": "Send one notification (or a batch), follow it, cancel it."},
-        {
-            "name": "recipients",
-            "description": "The people you notify, by your own user_id: their addresses, locale, timezone, quiet hours "
-            "and preferences; the one-click unsubscribe link of their emails.",
-        },
-        {"name": "templates", "description": "Messages written once per channel and locale, rendered with data."},
-        {
-            "name": "categories",
-            "description": "What a notification is about: opt-in or opt-out by default, critical or not, capped per recipient.",
-        },
-        {"name": "topics", "description": "Named lists of your recipients that a broadcast goes to."},
-        {"name": "broadcasts", "description": "One message to every subscriber of a topic, and its progress."},
-        {"name": "suppressions", "description": "Addresses not sent to after a hard bounce, a complaint or a STOP."},
-        {"name": "client", "description": "Your API client: its status webhook and the secret that signs it."},
-        {
-            "name": "test",
-            "description": "Test mode (a test token, ntf_test_...): the messages its notifications would have sent, captured.",
-        },
-        {
-            "name": "providers",
-            "description": "Delivery status from the providers (Twilio, Mailgun), signed by them; not for API clients.",
-        },
-        {"name": "health", "description": "Liveness and readiness probes, without a token."},
-    ],
-    # Swagger UI and ReDoc from our own static files: pinned, and working without the internet.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    # Named, not hashed: a broadcast's status is another choice set than a notification's.
-    "ENUM_NAME_OVERRIDES": {
-        "BroadcastStatusEnum": "notifications.models.broadcasts.BroadcastStatus",
-        "NotificationStatusEnum": "notifications.models.notifications.Status",
-        "ChannelEnum": "notifications.models.content.Channel",
-    },
-}
+# drf-spectacular's settings: the OpenAPI schema's title, tags and docs pages (platform/api_docs.py).
+SPECTACULAR_SETTINGS = API_DOCS_SETTINGS
 
 # --- The notification platform's own options: as the environment gives them (None when unset);
 # notifications/conf.py types, defaults and checks them.

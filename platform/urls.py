@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from notifications.api.consent.unsubscribe import UnsubscribeView
 from notifications.api.health import LivenessView, ReadinessView
+from notifications.api.inbox.demo import inbox_demo, inbox_demo_send, inbox_demo_token
 from notifications.metrics import web_metrics_export
 
 # Browsers ask every page's origin for /favicon.ico; a 404 there is an error in each page's console.
@@ -34,4 +35,8 @@ urlpatterns = [
     # Only the web process loads the URLconf, so only it reads queue sizes and dlq_size on a scrape.
     path("metrics", web_metrics_export, name="prometheus-django-metrics"),
     path("favicon.ico", favicon, name="favicon"),
+    # <ntf-inbox> with a demo user (DEBUG or INBOX_DEMO; a 404 otherwise).
+    path("inbox/demo/", inbox_demo, name="inbox-demo"),
+    path("inbox/demo/token", inbox_demo_token, name="inbox-demo-token"),
+    path("inbox/demo/send", inbox_demo_send, name="inbox-demo-send"),
 ]

@@ -1,7 +1,7 @@
 """Real web servers for the tests that must go through one (Django's test client skips the server
-and its WSGI environ): gunicorn as deployed by gunicorn.conf.py on this run's services, and the
-embedded default as `make run` starts it (`runplatform`: Django's server, in-process broker,
-SQLite)."""
+and its WSGI environ): gunicorn with uvicorn workers as deployed by gunicorn.conf.py on this run's
+services, and the embedded default as `make run` starts it (`runplatform`: uvicorn, in-process
+broker, SQLite)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def gunicorn_server(**env: str) -> Iterator[WebServer]:
     # One worker unless a test asks for more (tests/test_metrics.py): each starts Django, which is
     # most of a server's start-up on two cores.
     env = {"WEB_CONCURRENCY": "1", **env}
-    with WebServer([*command, "platform.wsgi:application"], port=port, env=platform_env(**env)) as server:
+    with WebServer([*command, "platform.asgi:application"], port=port, env=platform_env(**env)) as server:
         yield server
 
 
@@ -114,7 +114,7 @@ def embedded_platform(directory: Path, **env: str) -> Iterator[tuple[WebServer, 
     environment = embedded_env(directory, **env)
     manage(environment, "migrate", "--no-input", "-v0")
     printed = manage(environment, "create_api_client", "embedded")
-    token = next(word for word in printed.split() if word.startswith("ntf_"))
+    token = next(word for word in printed.split() if word.startswith("ntf_live_"))
     port = free_port()
     command = [sys.executable, str(ROOT / "manage.py"), "runplatform", "--addrport", f"127.0.0.1:{port}"]
     with WebServer(command, port=port, env=environment) as server:

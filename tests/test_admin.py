@@ -163,6 +163,8 @@ def test_the_migration_gives_the_support_group_view_and_retry_permissions_only()
         "delete_suppression",
         # Migration 0018: test mode's captured messages.
         "view_capturedmessage",
+        # Migration 0019: a recipient's in-app inbox.
+        "view_inboxitem",
     }
 
 
@@ -878,6 +880,7 @@ def test_support_posts_to_change_and_delete_pages_are_refused_and_change_nothing
         *SUPPORT_MIGRATION.SUPPORT_PERMISSIONS,
         *FEEDBACK_MIGRATION.SUPPORT_PERMISSIONS,
         *TEST_MODE_MIGRATION.SUPPORT_PERMISSIONS,
+        ("inboxitem", "view_inboxitem"),  # the inbox migration's: a recipient's in-app inbox
     ]
     assert set(group.permissions.values_list("codename", flat=True)) == {c for _, c in granted}
     assert not Group.objects.filter(name="admins").exists()
@@ -1199,3 +1202,24 @@ def test_a_large_unfiltered_changelist_is_counted_from_postgresqls_estimate_and_
         page = support.get(url, {"status__exact": "queued"})
     assert page.context["cl"].result_count == 12
     assert [q["sql"] for q in filtered.captured_queries if "COUNT(*)" in q["sql"].upper()]
+
+
+def test_support_sees_a_recipients_inbox_items_and_their_states(support: Client) -> None:
+    from notifications.models import InboxItem
+
+    from .inbox_helpers import deliver_item
+
+    api_client, _ = make_api_client()
+    read = deliver_item(api_client, "ann", "Order shipped")
+    deliver_item(api_client, "ann", "Sale starts")
+    deliver_item(api_client, "bob", "Not ann's")
+    InboxItem.objects.filter(pk=read.pk).update(seen_at=read.created_at, read_at=read.created_at)
+
+    page = support.get(f"/admin/notifications/inboxitem/?client__id__exact={api_client.pk}&q=ann")
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Order shipped" in text and "Sale starts" in text and "Not ann&#x27;s" not in text and "Not ann's" not in text
+    assert '<td class="field-state">read</td>' in text and '<td class="field-state">unseen</td>' in text
+    assert support.get(f"/admin/notifications/inboxitem/{read.pk}/change/").status_code == 200
+    assert support.post(f"/admin/notifications/inboxitem/{read.pk}/delete/").status_code == 403

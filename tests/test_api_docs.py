@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 from notifications import services
 from notifications.channels.sms.feedback import twilio_signature
 from notifications.models import ApiClient
+from notifications.services.inbox import inbox_token_issue
 from notifications.services.policy.unsubscribe import UnsubscribeTarget, unsubscribe_token
 
 from .factories import make_recipient
@@ -30,6 +31,7 @@ from .fakes import TWILIO_TOKEN, override_notifications
 
 TAGS = {
     "notifications",
+    "inbox",
     "recipients",
     "templates",
     "categories",
@@ -187,6 +189,15 @@ def signed_as_the_provider(path: str, media: str, value: Any, headers: dict[str,
     return value
 
 
+def _as_its_caller(api: APIClient, client: ApiClient, operation: dict[str, Any]) -> APIClient:
+    """The client's API client, or for the inbox's user endpoints a client with user-42's token."""
+    if not any("inboxUserToken" in scheme for scheme in operation.get("security", [])):
+        return api
+    user = APIClient()
+    user.credentials(HTTP_AUTHORIZATION=f"Bearer {inbox_token_issue(client=client, user_id='user-42', ttl_seconds=60)[0]}")
+    return user
+
+
 def test_every_request_example_gets_its_operations_documented_status(world: ApiClient, api: APIClient) -> None:
     sent = 0
     for path, method, operation in operations(load_schema()):
@@ -195,7 +206,7 @@ def test_every_request_example_gets_its_operations_documented_status(world: ApiC
             url = path_values(world, path, operation)
             headers: dict[str, str] = {}
             body = signed_as_the_provider(path, media, value, headers)
-            send = getattr(api, method)
+            send = getattr(_as_its_caller(api, world, operation), method)
             if media == "application/json":
                 response = send(url, body, format="json", **headers)
             else:

@@ -265,7 +265,7 @@ def process_exists(pid: int) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_runplatform_on_the_services_serves_through_gunicorn_with_the_production_security_settings() -> None:
+def test_runplatform_on_the_services_serves_through_gunicorn_and_uvicorn_with_the_production_security_settings() -> None:
     platform, base, health = start_platform(
         SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https",
         SECURE_SSL_REDIRECT="true",
@@ -274,10 +274,13 @@ def test_runplatform_on_the_services_serves_through_gunicorn_with_the_production
         CSRF_COOKIE_SECURE="true",
     )
     try:
-        # Probes come over plain HTTP and are not redirected; the server is gunicorn, not runserver.
-        assert health.status_code == 200 and health.headers["Server"].startswith("gunicorn")
+        # Probes come over plain HTTP and are not redirected; the server is gunicorn's uvicorn worker
+        # (platform/asgi.py), which serves the inbox's live stream at the same address.
+        assert health.status_code == 200 and health.headers["Server"] == "uvicorn"
         output = platform.output()
-        assert f"Listening at: {base}" in output and "gthread" in output
+        assert f"Listening at: {base}" in output and "uvicorn_worker.UvicornWorker" in output
+        stream = requests.get(f"{base}/api/v1/inbox/stream", headers={"X-Forwarded-Proto": "https"}, timeout=5)
+        assert stream.status_code == 401 and stream.json()["error"]["code"] == "not_authenticated"
         assert set(child_pids(platform)) == {"web", "worker", "sweeper", "consumer"}
 
         plain = requests.get(f"{base}/admin/login/", timeout=5, allow_redirects=False)

@@ -248,8 +248,8 @@ def test_the_gunicorn_web_process_writes_every_line_as_json(tmp_path: Path) -> N
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as out:
         web = subprocess.Popen(
-            # gunicorn.conf.py (what the image runs) gives the rest: threads, no access log, JSON logging.
-            [sys.executable, "-m", "gunicorn", "platform.wsgi:application", "--bind", f"127.0.0.1:{port}",
+            # gunicorn.conf.py (what the image runs) gives the rest: uvicorn workers, no access log, JSON logging.
+            [sys.executable, "-m", "gunicorn", "platform.asgi:application", "--bind", f"127.0.0.1:{port}",
              "--control-socket", str(tmp_path / "ctl")],
             cwd=ROOT,
             env=platform_env(LOG_FORMAT="json"),

@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (registers the admins)
     clients,
     dead_letters,
     digests,
+    inbox,
     notifications,
     recipients,
     status_events,

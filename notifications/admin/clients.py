@@ -5,22 +5,39 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .. import services
+from ..errors import ValidationFailed
 from ..models import ApiClient
+from ..services.inbox import inbox_allowed_origins_set, origin_normalize
 from .base import ModeFilter, _report
 
 # What an existing client's page shows read-only: a client changes only through the actions...
 SHOWN_FIELDS = ("name", "mode", "token_prefix", "is_active", "status_webhook_url", "created_at", "token_rotated_at")
-# ...but for its own limits (empty: the setting's default), saved through services.api_client_limits_set.
+# ...but for its own limits (empty: the setting's default), saved through services.api_client_limits_set,
+# and the origins whose pages may show its users' inboxes (services.inbox.inbox_allowed_origins_set).
 LIMIT_FIELDS = ("topic_subscribers_max", "broadcasts_per_hour_max")
+ORIGINS_FIELD = "inbox_allowed_origins"
+
+
+class ApiClientForm(forms.ModelForm):  # type: ignore[type-arg]
+    def clean_inbox_allowed_origins(self) -> list[str]:
+        origins = self.cleaned_data.get(ORIGINS_FIELD) or []
+        if not isinstance(origins, list):
+            raise forms.ValidationError('a JSON list of origins, e.g. ["https://app.example.com"]')
+        try:
+            return [origin_normalize(origin) for origin in origins]
+        except ValidationFailed as exc:
+            raise forms.ValidationError(exc.message) from None
 
 
 @admin.register(ApiClient)
 class ApiClientAdmin(admin.ModelAdmin):
+    form = ApiClientForm
     list_display = ("name", "mode", "token_prefix", "is_active", "created_at", "token_rotated_at")
     list_filter = ("is_active", ModeFilter)
     search_fields = ("name",)
@@ -43,7 +60,7 @@ class ApiClientAdmin(admin.ModelAdmin):
         return False
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return ("name",) if obj is None else SHOWN_FIELDS + LIMIT_FIELDS
+        return ("name",) if obj is None else (*SHOWN_FIELDS, *LIMIT_FIELDS, ORIGINS_FIELD)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return () if obj is None else SHOWN_FIELDS
@@ -51,6 +68,7 @@ class ApiClientAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: ApiClient, form: Any, change: bool) -> None:
         if change:
             services.api_client_limits_set(client=obj, **{name: form.cleaned_data[name] for name in LIMIT_FIELDS})
+            inbox_allowed_origins_set(client=obj, origins=form.cleaned_data[ORIGINS_FIELD])
             return
         client, token = services.api_client_create(name=form.cleaned_data["name"])
         obj.pk = client.pk

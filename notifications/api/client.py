@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from .. import services
 from ..models import ApiClient
+from ..services.inbox import inbox_allowed_origins_set
 from .schema import api_operation, request_example
 from .serializers import RefusesUnknownFields, StrictCharField
 from .views import _client, _require_object
@@ -21,19 +22,30 @@ STATUS_WEBHOOK_HELP = (
 )
 
 
+ORIGINS_HELP = (
+    "Web origins (scheme://host[:port]) whose pages may call the inbox API with a user token (CORS), e.g. "
+    '["https://app.example.com"]; empty: only pages served by this platform.'
+)
+MAX_ORIGINS = 50
+
+
 class ClientSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     """The client as it sees itself; never its webhook secret (POST /client/webhook-secret makes a new one)."""
 
     status_webhook_url = serializers.CharField(help_text=STATUS_WEBHOOK_HELP)
+    inbox_allowed_origins = serializers.ListField(child=serializers.CharField(), help_text=ORIGINS_HELP)
 
     class Meta:
         model = ApiClient
-        fields = ["name", "token_prefix", "status_webhook_url", "created_at", "token_rotated_at"]
+        fields = ["name", "token_prefix", "status_webhook_url", "inbox_allowed_origins", "created_at", "token_rotated_at"]
         read_only_fields = fields
 
 
 class ClientUpdateSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     status_webhook_url = StrictCharField(max_length=2000, allow_blank=True, required=False, help_text=STATUS_WEBHOOK_HELP)
+    inbox_allowed_origins = serializers.ListField(
+        child=StrictCharField(max_length=255), required=False, max_length=MAX_ORIGINS, help_text=ORIGINS_HELP
+    )
 
 
 class WebhookSecretSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -57,22 +69,27 @@ class ClientView(APIView):
         "client_update",
         {
             200: ClientSerializer,
-            400: "status_webhook_url is not an http(s) URL, or its host resolves to a private, loopback or link-local "
+            400: "an inbox_allowed_origins entry is not an origin; or status_webhook_url is not an http(s) URL, or its "
+            "host resolves to a private, loopback or link-local "
             "address (or does not resolve); or an unknown field. `field` names it.",
         },
         request=ClientUpdateSerializer,
-        summary="Set this client's status webhook",
+        summary="Set this client's status webhook or inbox origins",
         description="Where the client's status events are POSTed (signed with the webhook secret), or empty to "
-        "send none. The URL is checked now, so a mistake is a 400 rather than lost events later.",
+        "send none; and the web origins whose pages may show its users' in-app inboxes (CORS). Each is checked now, "
+        "so a mistake is a 400 rather than lost events or refused pages later.",
         examples=[
             request_example("Send status events", {"status_webhook_url": "https://hooks.example.com/notifications"}),
             request_example("Stop status events", {"status_webhook_url": ""}),
+            request_example("Let a web app show inboxes", {"inbox_allowed_origins": ["https://app.example.com"]}),
         ],
     )
     def patch(self, request: Request) -> Response:
         serializer = ClientUpdateSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
         client = _client(request)
+        if "inbox_allowed_origins" in serializer.validated_data:
+            client = inbox_allowed_origins_set(client=client, origins=serializer.validated_data["inbox_allowed_origins"])
         if "status_webhook_url" in serializer.validated_data:
             client = services.api_client_set_status_webhook_url(
                 client=client, url=serializer.validated_data["status_webhook_url"]

@@ -14,6 +14,7 @@ from rest_framework import serializers
 from rest_framework.fields import SkipField
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
+from ..channels.addresses import http_url
 from ..locales import LOCALE_PATTERN, MAX_LOCALE_LENGTH
 
 # Metadata is stored with the notification and echoed by every read; it is context, not a payload.
@@ -239,3 +240,27 @@ def _is_utf8_encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+class InAppFields(serializers.Serializer):  # type: ignore[type-arg]
+    """The fields of a notification that only its in-app inbox item uses."""
+
+    action_url = StrictCharField(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="In-app: where the inbox item links to, an http(s) URL.",
+    )
+    thread_key = StrictCharField(
+        max_length=255,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="In-app: the conversation the inbox item groups under (GET /inbox/items?thread=).",
+    )
+
+    def validate_action_url(self, value: str) -> str:
+        if value:
+            http_url(value, "action_url")
+        return value

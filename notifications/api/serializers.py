@@ -15,6 +15,7 @@ from .fields import (  # noqa: F401  (re-exported: other API modules and tests i
     MAX_BATCH,
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
+    InAppFields,
     RefusesUnknownFields,
     ReusedFields,
     StrictBooleanField,
@@ -87,7 +88,7 @@ class ContentRules:
         return attrs
 
 
-class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFields, InAppFields):  # type: ignore[type-arg]
     user_id = StrictCharField(max_length=255)
     message = StrictCharField(
         trim_whitespace=False, required=False, default="", help_text="The text to send; or give template and data instead."
@@ -169,6 +170,8 @@ class NotificationCreateSerializer(ReusedFields, ContentRules, RefusesUnknownFie
             category=data["category"],
             locale=data["locale"],
             digest=services.DigestRequest(**data["digest"]) if data.get("digest") else None,
+            action_url=data["action_url"],
+            thread_key=data["thread_key"],
         )
 
 

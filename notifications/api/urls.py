@@ -6,6 +6,8 @@ from ..channels import CHANNELS
 from . import captured, client, recipients, templates, views
 from .consent import categories, preferences, suppressions
 from .fanout import broadcasts, topics
+from .inbox import stream as inbox_stream
+from .inbox import views as inbox
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
@@ -28,6 +30,12 @@ urlpatterns = [
     # Providers reporting delivery status, authenticated by their own signatures (no API token):
     # each channel's own routes (channels/<name>/callbacks.py), named by its registry entry.
     *[path("", include(spec.callbacks)) for spec in CHANNELS.values() if spec.callbacks],
+    path("inbox/tokens", inbox.InboxTokensView.as_view(), name="inbox-tokens"),
+    path("inbox/items", inbox.InboxItemsView.as_view(), name="inbox-items"),
+    path("inbox/items/<str:item_id>/<str:action>", inbox.InboxItemActionView.as_view(), name="inbox-item-action"),
+    path("inbox/counts", inbox.InboxCountsView.as_view(), name="inbox-counts"),
+    path("inbox/bulk", inbox.InboxBulkView.as_view(), name="inbox-bulk"),
+    path("inbox/stream", inbox_stream.inbox_stream, name="inbox-stream"),
     path("client", client.ClientView.as_view(), name="client-detail"),
     path("client/webhook-secret", client.ClientWebhookSecretView.as_view(), name="client-webhook-secret"),
     path("test/messages", captured.CapturedMessageCollectionView.as_view(), name="test-messages"),

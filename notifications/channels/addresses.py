@@ -42,3 +42,13 @@ def http_url(address: str, field: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValidationFailed(f"{address!r} is not an http(s) URL", extra={"field": field})
     return address
+
+
+# Recipient.user_id and Notification.user_id are varchar 255.
+MAX_USER_ID_LENGTH = 255
+
+
+def user_id(address: str, field: str) -> str:
+    if not address or len(address) > MAX_USER_ID_LENGTH:
+        raise ValidationFailed(f"a user_id is 1 to {MAX_USER_ID_LENGTH} characters", extra={"field": field})
+    return address

@@ -3,10 +3,12 @@
 A channel is its name, how its addresses are validated, which ``Recipient`` field holds a
 recipient's address for it, the provider class it uses unless ``<NAME>_PROVIDER`` says otherwise,
 the rate-limit bucket its sends share and, when its provider reports back, its callback routes.
-The model's choices, the API's and its routes, the settings parsers, accept, delivery and the
-recipient store all read this table. To add a channel: a folder beside ``email/`` (its provider,
-and its callback view and feedback parsing if it has any) and one entry here (then
-``makemigrations`` for the new choice).
+A channel ``addressed_by_user_id`` (in_app) needs no stored address: the recipient's ``user_id``
+is its address. A ``silent`` one makes no sound, so quiet hours do not hold it. The model's
+choices, the API's and its routes, the settings parsers, accept, delivery and the recipient store
+all read this table. To add a channel: a folder beside ``email/`` (its provider, and its callback
+view and feedback parsing if it has any) and one entry here (then ``makemigrations`` for the new
+choice).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class ChannelSpec:
     # The dotted path of the channel's provider-callback routes (a module with ``urlpatterns``,
     # served under /api/v1/), when its provider reports delivery status back; "" for none.
     callbacks: str = ""
+    addressed_by_user_id: bool = False
+    silent: bool = False
 
     @property
     def rate_limit_bucket(self) -> str:
@@ -57,6 +61,14 @@ CHANNELS: dict[str, ChannelSpec] = {
         ),
         ChannelSpec("push", addresses.push_token, "push_tokens", "notifications.channels.push.FcmPushProvider", many=True),
         ChannelSpec("webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.WebhookProvider"),
+        ChannelSpec(
+            "in_app",
+            addresses.user_id,
+            "user_id",
+            "notifications.channels.in_app.InAppProvider",
+            addressed_by_user_id=True,
+            silent=True,
+        ),
     )
 }
 CHANNEL_NAMES: tuple[str, ...] = tuple(CHANNELS)
@@ -74,10 +86,15 @@ def validate_address(channel: str, address: str, *, field: str = "to") -> str:
     return channel_spec(channel).validate(address.strip(), field)
 
 
-def recipient_address(recipient: Any, channel: str) -> str:
-    """The stored address of ``recipient`` for ``channel``; empty when none is known."""
+def recipient_address(recipient: Any, channel: str, *, user_id: str = "") -> str:
+    """The stored address of ``recipient`` (None: none stored) for ``channel``; empty when none is
+    known. A channel addressed by user id has its address whether or not a recipient is stored."""
     spec = CHANNELS.get(channel)
     if spec is None:
+        return ""
+    if spec.addressed_by_user_id:
+        return user_id or (str(recipient.user_id) if recipient is not None else "")
+    if recipient is None:
         return ""
     value = getattr(recipient, spec.recipient_field)
     if spec.many:

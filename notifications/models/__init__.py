@@ -23,6 +23,16 @@ from .content import (
     TemplateVariant,
 )
 from .digests import UNCLOSED_DIGEST_STATUSES, Digest, DigestStatus
+from .inbox import (
+    InboxCounter,
+    InboxCounts,
+    InboxEvent,
+    InboxEventType,
+    InboxItem,
+    InboxTokenGate,
+    counted,
+    inbox_item_fields,
+)
 from .notifications import (
     FINISHED_STATUSES,
     PENDING_STATUSES,
@@ -50,6 +60,14 @@ from .status_events import StatusEvent, StatusEventState, StatusEventType
 from .suppressions import Suppression, SuppressionReason
 
 __all__ = [
+    "InboxCounter",
+    "InboxCounts",
+    "InboxEvent",
+    "InboxEventType",
+    "InboxItem",
+    "InboxTokenGate",
+    "counted",
+    "inbox_item_fields",
     "ApiClient",
     "AttemptOutcome",
     "Broadcast",

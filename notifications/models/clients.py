@@ -80,6 +80,12 @@ class ApiClient(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Broadcasts started in any hour. Empty: BROADCASTS_PER_HOUR_MAX (default 100).",
     )
+    # Web origins (scheme://host[:port]) whose pages may call the inbox API with a user token (CORS).
+    inbox_allowed_origins = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Origins whose pages may show this client\'s in-app inbox, e.g. ["https://app.example.com"].',
+    )
     created_at = models.DateTimeField(default=django_timezone.now, editable=False)
     token_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
 

@@ -157,6 +157,10 @@ class Notification(models.Model):
         "notifications.Digest", null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications", db_index=False
     )
     digest_data = models.JSONField(null=True, blank=True)
+    # In-app only (the in_app channel's inbox item, models/inbox.py): where the item links to, and
+    # the conversation it groups under.
+    action_url = models.CharField(max_length=2000, blank=True, default="")
+    thread_key = models.CharField(max_length=255, blank=True, default="")
 
     # Not columns: what claim_for_delivery's RETURNING adds for the send.
     client_name: str

@@ -190,6 +190,26 @@ APP_OPTIONS: tuple[Option, ...] = (
         ),
     ),
     *group(
+        "In-app inbox",
+        Option(
+            "INBOX_STREAM_HEARTBEAT_SECONDS",
+            float,
+            15.0,
+            "a heartbeat comment on every idle inbox stream this often",
+            minimum=0.1,
+        ),
+        Option(
+            "INBOX_EVENT_RETENTION_SECONDS",
+            float,
+            3600.0,
+            "how long inbox stream events are kept for a resume (`Last-Event-ID`)",
+            minimum=60,
+        ),
+        Option(
+            "INBOX_DEMO", bool, False, "serve the demo page `/inbox/demo/` without DEBUG too (with DEBUG it is always served)"
+        ),
+    ),
+    *group(
         "Providers and failover",
         *(
             Option(f"{channel.upper()}_PROVIDER", str, "", f"dotted path of the {channel} channel's provider class")

@@ -99,6 +99,14 @@ PLATFORM_OPTIONS: tuple[Option, ...] = (
             pattern=THROTTLE_RATE,
             form=THROTTLE_RATE_FORM,
         ),
+        Option(
+            "INBOX_USER_THROTTLE_RATE",
+            str,
+            "600/min",
+            "requests per inbox user (a user token) and window: the inbox API and its stream's connects",
+            pattern=THROTTLE_RATE,
+            form=THROTTLE_RATE_FORM,
+        ),
     ),
     *group(
         "Email transport (the email channel's primary account)",

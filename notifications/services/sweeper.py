@@ -16,6 +16,7 @@ from ..conf import get_config
 from ..errors import (
     TransientChannelError,
 )
+from ..inbox.store import inbox_events_purge
 from ..models import (
     AttemptOutcome,
     Notification,
@@ -46,6 +47,7 @@ class SweepReport:
     status_events: int = 0  # published again (not in ``total``, which counts notifications)
     broadcasts: int = 0  # stalled fan-outs enqueued again (not in ``total`` either)
     digests: int = 0  # digests closed whose close message never came (not in ``total`` either)
+    inbox_events: int = 0  # live-stream events past their resume window, deleted
 
     @property
     def total(self) -> int:
@@ -84,7 +86,21 @@ def notification_sweep(*, now: datetime | None = None) -> SweepReport:
     report.status_events = status_event_sweep(now=now, grace_seconds=SWEEP_GRACE_SECONDS)
     report.broadcasts = broadcast_resume_stale(now=now)
     report.digests = digest_sweep(now=now)
+    report.inbox_events = _inbox_events_expire(now=now, retention=timedelta(seconds=config.inbox.event_retention_seconds))
     return report
+
+
+# The inbox's events are deleted past their resume window at most this often per process: one
+# indexed DELETE a minute, not one a sweep.
+INBOX_EVENTS_EXPIRE_EVERY = timedelta(seconds=60)
+_inbox_events_expired_at: list[datetime] = []
+
+
+def _inbox_events_expire(*, now: datetime, retention: timedelta) -> int:
+    if _inbox_events_expired_at and now - _inbox_events_expired_at[-1] < INBOX_EVENTS_EXPIRE_EVERY:
+        return 0
+    _inbox_events_expired_at[:] = [now]
+    return inbox_events_purge(before=now - retention)
 
 
 def _in_turns(rows: QuerySet[Notification], *, due: F) -> list[Any]:

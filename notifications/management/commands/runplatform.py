@@ -1,12 +1,15 @@
 """Bring the whole platform up in one command: web (API + admin), workers, sweeper, consumer.
 
-On the embedded default (BROKER_URL unset) everything runs in this one process: Django's server,
-a Dramatiq worker on the in-process broker, and the sweeper thread. It has to be one process: the
-in-process broker's queue lives in the memory of the process that accepts the notification, and
-gunicorn would serve from a forked worker of its own. With BROKER_URL naming RabbitMQ the web is
-gunicorn configured by gunicorn.conf.py, as deployed (only the bind address differs), and it, the
-worker, the sweeper and the event consumer run as child processes; when one of them exits, or
-this command is stopped, the others are stopped too.
+The web is platform/asgi.py's application on uvicorn: the API and admin (the WSGI application in
+a thread pool) and the inbox's live stream (an async view) at one address.
+
+On the embedded default (BROKER_URL unset) everything runs in this one process: uvicorn, a
+Dramatiq worker on the in-process broker, and the sweeper thread. It has to be one process: the
+in-process broker's queue and the inbox's wake-ups live in the memory of the process that accepts
+the notification. With BROKER_URL naming RabbitMQ the web is gunicorn with uvicorn workers,
+configured by gunicorn.conf.py, as deployed (only the bind address differs), and it, the worker,
+the sweeper and the event consumer run as child processes; when one of them exits, or this
+command is stopped, the others are stopped too.
 """
 
 from __future__ import annotations
@@ -15,14 +18,12 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, cast
+from typing import Any
 
 import dramatiq
+import uvicorn
 from django.conf import settings
-from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.core.management.commands.runserver import Command as RunserverCommand
-from django.core.servers.basehttp import WSGIServer
 
 from notifications.conf import get_config
 
@@ -32,10 +33,9 @@ from .run_sweeper import sweep_forever
 CHILD_STOP_SECONDS = 35
 
 
-class EmbeddedWSGIServer(WSGIServer):
-    # Django's development server queues 10 connections: a burst of a few hundred clients got
-    # connection resets instead of waiting for a thread (the kernel caps it at somaxconn).
-    request_queue_size = 1024
+# A burst of a few hundred clients waits in the listen queue rather than being reset (the kernel
+# caps it at somaxconn).
+LISTEN_BACKLOG = 1024
 
 
 class Command(BaseCommand):
@@ -62,11 +62,18 @@ class Command(BaseCommand):
         self.stdout.write(
             f"embedded platform: in-process broker with {worker_threads} worker threads, sweeper, web on http://{addrport}/"
         )
+        host, _, port = addrport.rpartition(":")
+        config = uvicorn.Config(
+            "platform.asgi:application",
+            host=host or "127.0.0.1",
+            port=int(port),
+            backlog=LISTEN_BACKLOG,
+            access_log=False,  # the app logs one line per request (notifications.request)
+            log_config=None,  # Django's LOGGING is in force
+            lifespan="on",
+        )
         try:
-            # runserver as the installed apps define it (staticfiles' serves the admin's assets).
-            runserver = cast(RunserverCommand, load_command_class(get_commands()["runserver"], "runserver"))
-            runserver.server_cls = EmbeddedWSGIServer
-            call_command(runserver, addrport, use_reloader=False)
+            uvicorn.Server(config).run()
         finally:
             stop.set()
             worker.stop()
@@ -77,7 +84,7 @@ class Command(BaseCommand):
         # `python -m gunicorn` from the repo root, so `platform` is the project package (docs/operations.md).
         gunicorn = [sys.executable, "-m", "gunicorn", "--config", str(base_dir / "gunicorn.conf.py"), "--bind", addrport]
         commands = {
-            "web": [*gunicorn, "platform.wsgi:application"],
+            "web": [*gunicorn, "platform.asgi:application"],
             "worker": [*manage, "rundramatiq", "--processes", "2", "--threads", "8"],
             "sweeper": [*manage, "run_sweeper"],
             "consumer": [*manage, "consume_events"],
@@ -95,7 +102,7 @@ class Command(BaseCommand):
                 children[name] = subprocess.Popen(command, cwd=base_dir)
                 threading.Thread(target=watch, args=(children[name],), name=f"watch-{name}", daemon=True).start()
             self.stdout.write(
-                f"platform on services: web (gunicorn) on http://{addrport}/, "
+                f"platform on services: web (gunicorn, uvicorn workers) on http://{addrport}/, "
                 + ", ".join(f"{name} pid {process.pid}" for name, process in children.items())
             )
             exited.wait()

@@ -139,7 +139,7 @@ class NotificationBuilder:
     def _address(self, recipient: Recipient) -> str:
         """The subscriber's stored address on the broadcast's channel, normalised; "" for none or a bad one."""
         channel = self.broadcast.channel
-        stored = recipient_address(recipient, channel)
+        stored = recipient_address(recipient, channel, user_id=recipient.user_id)
         try:
             return validate_address(channel, stored, field="to") if stored else ""
         except ValidationFailed:

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ... import metrics, tracing
-from ...channels import recipient_address, validate_address
+from ...channels import channel_spec, recipient_address, validate_address
 from ...errors import IdempotencyInFlight, InvalidTransition, ValidationFailed
 from ...models import DEFAULT_CATEGORY, ApiClient, Category, Notification, Priority, Recipient, Status, StatusEventType
 from ...selectors import (
@@ -64,6 +64,9 @@ class NotificationRequest:
     channels: tuple[str, ...] = ()
     # Gathered with the recipient's others of the same key and sent as one (services/digests/close.py).
     digest: DigestRequest | None = None
+    # In-app only: where the inbox item links to (http(s)), and the thread it groups under.
+    action_url: str = ""
+    thread_key: str = ""
 
 
 def notification_accept(
@@ -148,7 +151,7 @@ def accept_lookups(*, client: ApiClient, requests: list[NotificationRequest]) ->
         recipient = recipients.get(request.user_id)
         if request.channels:
             continue  # a route reads the suppressions of its channels' addresses itself (accept_target)
-        address = request.to or (recipient_address(recipient, request.channel) if recipient else "")
+        address = request.to or recipient_address(recipient, request.channel, user_id=request.user_id)
         try:
             addresses.append((request.channel, validate_address(request.channel, address, field="to")))
         except ValidationFailed:
@@ -228,12 +231,22 @@ def accept_target(
                 "and 'channels' uses the stored address of each",
                 extra={"field": "to"},
             )
-        hops = tuple(route_hops(client_id=client.pk, channels=list(request.channels), recipient=recipient, category=category))
+        hops = tuple(
+            route_hops(
+                client_id=client.pk,
+                channels=list(request.channels),
+                recipient=recipient,
+                category=category,
+                user_id=request.user_id,
+            )
+        )
         first = next((hop for hop in hops if not hop.skipped_reason), None)
         return AcceptTarget(first.channel if first else request.channels[0], first.address if first else "", hops)
+    if request.to and channel_spec(request.channel).addressed_by_user_id and request.to != request.user_id:
+        raise ValidationFailed(f"{request.channel} is addressed by user_id: leave 'to' out", extra={"field": "to"})
     if request.to:
         return AcceptTarget(request.channel, validate_address(request.channel, request.to, field="to"))
-    stored = recipient_address(recipient, request.channel) if recipient else ""
+    stored = recipient_address(recipient, request.channel, user_id=request.user_id)
     if not stored:
         raise ValidationFailed(
             f"no {request.channel} address is known for user {request.user_id!r}: give 'to' or store one "
@@ -313,6 +326,8 @@ def notification_new(
         send_at=request.send_at,
         idempotency_key=idempotency_key,
         trace_id=tracing.current_trace_id(),
+        action_url=request.action_url,
+        thread_key=request.thread_key,
         created_at=now,
         status=Status.SUPPRESSED if consent.suppressed_reason else Status.ACCEPTED,
         suppressed_reason=consent.suppressed_reason,

@@ -126,6 +126,8 @@ def recipient_upsert(*, client: ApiClient, user_id: str, data: dict[str, Any]) -
         values["timezone"] = time_zone_check(str(values["timezone"]))
     values["quiet_hours"] = quiet_hours_check(values["quiet_hours"], timezone=values["timezone"])
     for spec in CHANNELS.values():
+        if spec.addressed_by_user_id:
+            continue
         field = spec.recipient_field
         if spec.many:
             values[field] = [spec.validate(str(value).strip(), field) for value in values[field]]

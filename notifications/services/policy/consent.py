@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ...channels import channel_spec
 from ...models import Category, Recipient
 from ...selectors import address_suppressed_reason
 from .preferences import suppressed_reason
@@ -36,8 +37,8 @@ def consent_decide(
     reason = suppressed_reason(category=category, channel=channel, preferences=preferences)
     if reason:
         return Consent(suppressed_reason=reason)
-    if category.critical:
-        return Consent()
+    if category.critical or channel_spec(channel).silent:
+        return Consent()  # a silent channel (in_app) makes no sound: quiet hours do not hold it
     return Consent(hold_until=quiet_hours_end(at=due_at, quiet_hours=quiet_hours, timezone=timezone))
 
 

@@ -81,13 +81,15 @@ class Hop:
     skipped_reason: str = ""
 
 
-def route_hops(*, client_id: Any, channels: list[str], recipient: Recipient | None, category: Category | None) -> list[Hop]:
+def route_hops(
+    *, client_id: Any, channels: list[str], recipient: Recipient | None, category: Category | None, user_id: str = ""
+) -> list[Hop]:
     """Check channels of a route, in order, against the recipient as stored now: an address (a
     stored one that no longer validates counts as none), the preferences for the category, and
     the suppression list, read in one query for all of them."""
     hops: list[Hop] = []
     for channel in channels:
-        stored = recipient_address(recipient, channel) if recipient is not None else ""
+        stored = recipient_address(recipient, channel, user_id=user_id)
         try:
             address = validate_address(channel, stored) if stored else ""
         except ValidationFailed:
@@ -126,10 +128,11 @@ def route_plan(
     recipient: Recipient | None,
     category: Category | None,
     contents: dict[str, NotificationContent],
+    user_id: str = "",
 ) -> RoutePlan:
     """The route of a new notification over ``contents``' channels, in their order: each channel
     skipped or pending, and the first pending one to try."""
-    hops = route_hops(client_id=client.pk, channels=list(contents), recipient=recipient, category=category)
+    hops = route_hops(client_id=client.pk, channels=list(contents), recipient=recipient, category=category, user_id=user_id)
     return route_planned(hops, contents)
 
 
@@ -160,7 +163,11 @@ def _next_hop(notification: Notification, route: list[dict[str, Any]]) -> tuple[
     route = [dict(entry) for entry in route]
     pending = [entry for entry in route if entry["outcome"] == PENDING]
     hops = route_hops(
-        client_id=notification.client_id, channels=[entry["channel"] for entry in pending], recipient=recipient, category=category
+        client_id=notification.client_id,
+        channels=[entry["channel"] for entry in pending],
+        recipient=recipient,
+        category=category,
+        user_id=notification.user_id,
     )
     for entry, hop in zip(pending, hops, strict=True):
         if not hop.skipped_reason:

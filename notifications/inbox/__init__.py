@@ -1,0 +1,3 @@
+"""The in-app inbox's storage and live wake-ups, below the services: ``store`` writes items with
+their counters and events in one transaction (the in_app provider and the services call it),
+``live`` wakes the streams of a user in every process. Imports models, sql and connections only."""

@@ -1,0 +1,82 @@
+"""<ntf-inbox> in a real headless Chromium (Debian's, driven by Playwright) on the demo page of the
+embedded default as `make run` serves it (runplatform: uvicorn, in-process worker, SQLite): a
+notification accepted through the API appears without a reload within a second, and marking it
+read in one tab updates the badge in another; all under the Content-Security-Policy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect
+
+from .live_servers import embedded_env, embedded_platform, manage
+from .test_admin_browser import RECORD_CSP_VIOLATIONS, browser  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.browser]
+
+
+def watch(page: Page, problems: list[str]) -> None:
+    page.add_init_script(RECORD_CSP_VIOLATIONS)
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            problems.append(f"console error: {message.text}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The embedded platform with the demo page on; its address and the demo client's token."""
+    with embedded_platform(tmp_path, INBOX_DEMO="true") as (server, _):
+        printed = manage(embedded_env(tmp_path), "bootstrap_demo")
+        yield server.base_url, next(word for word in printed.split() if word.startswith("ntf_live_"))
+
+
+def test_a_notification_appears_within_a_second_and_a_read_in_one_tab_updates_the_other(
+    browser: Browser,  # noqa: F811
+    demo: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    base_url, client_token = demo
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    problems: list[str] = []
+    first, second = context.new_page(), context.new_page()
+    for page in (first, second):
+        watch(page, problems)
+        page.goto(f"{base_url}/inbox/demo/?user=ann")
+        expect(page.locator("ntf-inbox .state")).to_have_text("live", timeout=10_000)
+        expect(page.locator("ntf-inbox .badge")).to_be_hidden()
+
+    started = time.monotonic()
+    accepted = requests.post(
+        f"{base_url}/api/v1/notifications",
+        json={"user_id": "ann", "channel": "in_app", "subject": "Your order shipped", "message": "It is on its way"},
+        headers={"Authorization": f"Bearer {client_token}"},
+        timeout=10,
+    )
+    assert accepted.status_code == 202, accepted.text
+    expect(first.locator("ntf-inbox .badge")).to_have_text("1", timeout=1000)
+    appeared = time.monotonic() - started
+    expect(second.locator("ntf-inbox .badge")).to_have_text("1", timeout=1000)
+
+    first.locator("ntf-inbox .bell").click()
+    row = first.locator("ntf-inbox li.unread", has_text="Your order shipped")
+    expect(row).to_be_visible()
+    row.locator("button.read-toggle").click()
+
+    expect(first.locator("ntf-inbox .badge")).to_be_hidden()
+    expect(second.locator("ntf-inbox .badge")).to_be_hidden(timeout=2000)
+    second.locator("ntf-inbox .bell").click()
+    expect(second.locator("ntf-inbox li.read", has_text="Your order shipped")).to_be_visible()
+    first.screenshot(path=str(tmp_path / "inbox-demo.png"))
+    for page in (first, second):
+        problems.extend(page.evaluate("window.__cspViolations"))
+    assert appeared < 1.0, f"the item appeared after {appeared:.2f}s"
+    assert problems == []
