@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -60,23 +60,41 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def web_server(*, workers: int = 1) -> Iterator[tuple[str, BenchProcess]]:
+def web_server(*, workers: int = 1, name: str = "web", **env: str) -> Iterator[tuple[str, BenchProcess]]:
     """``python -m gunicorn platform.wsgi:application`` as the image runs it (gunicorn.conf.py: its
-    processes, 16 threads each), on a free port of 127.0.0.1, with ``--workers`` as asked."""
+    processes, 16 threads each), on a free port of 127.0.0.1, with ``--workers`` and the
+    environment's ``env`` as asked."""
     port = free_port()
     argv = [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"]
     # A control socket of its own: gunicorn's default (~/.gunicorn/gunicorn.ctl) is one per user.
     argv += ["--workers", str(workers), "--control-socket", str(LOG_DIR / f"gunicorn-{port}.ctl")]
-    with BenchProcess(f"web-w{workers}", [*argv, "platform.wsgi:application"], env=platform_env(LOG_LEVEL="INFO")) as server:
+    argv.append("platform.wsgi:application")
+    with BenchProcess(f"{name}-w{workers}", argv, env=platform_env(**{"LOG_LEVEL": "INFO", **env})) as server:
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _healthy(url), timeout=60, what="gunicorn to answer /healthz", interval=0.2, watch=server)
         yield url, server
 
 
-def wrk(url: str, *, server: BenchProcess, duration: float, threads: int, connections: int, accept: bool, prefix: str) -> Load:
+def wrk(
+    url: str,
+    *,
+    server: BenchProcess,
+    duration: float,
+    threads: int,
+    connections: int,
+    accept: bool,
+    prefix: str,
+    tokens: Sequence[str] = (),
+) -> Load:
+    """wrk's load for ``duration``: the accept (as the client of ``tokens`` in turn; default the
+    bench's one client) or GET /healthz."""
     require_tool("wrk", "run `make bench` (bench/wrk.sh installs it) or apt-get install wrk")
     path = "/api/v1/notifications" if accept else "/healthz"
-    env = {"BENCH_MODE": "accept" if accept else "get", "BENCH_TOKEN": api_token() if accept else "", "BENCH_KEY_PREFIX": prefix}
+    env = {
+        "BENCH_MODE": "accept" if accept else "get",
+        "BENCH_TOKENS": ",".join(tokens or [api_token()]) if accept else "",
+        "BENCH_KEY_PREFIX": prefix,
+    }
     argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(LUA), f"{url}{path}"]
     cpu_before = tree_cpu(server.pid)
     done = subprocess.run(argv, capture_output=True, text=True, env=platform_env(**env), timeout=duration + 60)
