@@ -8,8 +8,9 @@ delayed message dropped by dramatiq #545, a worker killed mid-send) is found aga
 in :func:`notification_deliver` makes a duplicate hint harmless.
 
 Modules point one way (import-linter checks there is no cycle among them, and that none imports
-the actors, the events or the API): ``accept_group`` (group commit) -> ``accept_batch`` -> ``accept`` -> ``content``/``consent``
--> ``outbox``; ``delivery`` -> ``consent``/``outcomes`` -> ``dead_letters`` -> ``outbox``;
+the actors, the events or the API): ``accept_group`` (group commit) -> ``accept_batch`` ->
+``accept_write`` (the write groups share) -> ``accept`` -> ``content``/``consent`` -> ``outbox``;
+``delivery`` -> ``consent``/``outcomes`` -> ``dead_letters`` -> ``outbox``;
 ``sweeper`` -> ``outcomes``/``outbox``; ``status_events`` (status webhooks) is called by
 ``accept``, ``consent``, ``outcomes`` and ``sweeper`` and imports none of them;
 ``sweeper`` -> ``broadcasts`` (fan-out) -> ``accept``/``consent``/``content``/``outbox``.
