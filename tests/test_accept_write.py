@@ -1,6 +1,6 @@
 """The shared write: single POST /notifications of different clients that a web process writes at
 the same moment go in one statement and one AMQP transaction, each answered from that statement's
-result, each message in its own request's trace. Real requests through the API (threads of this
+result, each notification's message carrying its own request's trace. Real requests through the API (threads of this
 process, each with its own database connection), the real PostgreSQL and RabbitMQ.
 
 To make a shared write deterministic, the first write (one request's, alone) waits until the
@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 from notifications.conf import HIGH_QUEUE
 from notifications.models import IdempotencyKey, Notification, Status
 from notifications.services import accept_write
-from notifications.tracing import TRACE_OPTION
+from notifications.tracing import TRACE_OPTION, TRACES_OPTION
 
 from .factories import make_api_client
 from .helpers import wait_until
@@ -103,14 +103,22 @@ def test_concurrent_accepts_of_different_clients_are_written_together_each_with_
             Status.QUEUED,
         )
         assert IdempotencyKey.objects.get(client=notification.client, key=f"w-{n}").response_body == responses[n].json()
-    # A message each (a message holds one group's ids), each in its own request's trace.
+    # The first's message; then one for the three clients' together, each id in its own request's trace.
     messages = drain(broker, HIGH_QUEUE)
-    assert sorted(pk for m in messages for pk in m.args) == sorted(ids) and all(len(m.args) == 1 for m in messages)
+    assert sorted(len(m.args) for m in messages) == [1, 3]
+    assert sorted(pk for m in messages for pk in m.args) == sorted(ids)
+    carried = {}
+    for message in messages:
+        if len(message.args) == 1:
+            carried[message.args[0]] = message.options[TRACE_OPTION]["traceparent"]
+        else:
+            assert message.options[TRACE_OPTION] == {}
+            carried.update({pk: carrier["traceparent"] for pk, carrier in message.options[TRACES_OPTION].items()})
     request_traces = {
         format(span.context.trace_id, "032x") for span in spans.get_finished_spans() if span.kind == trace.SpanKind.SERVER
     }
-    carried = {m.args[0]: m.options[TRACE_OPTION]["traceparent"].split("-")[1] for m in messages}
-    assert carried == {pk: n.trace_id for pk, n in stored.items()} and set(carried.values()) == request_traces
+    traces = {pk: traceparent.split("-")[1] for pk, traceparent in carried.items()}
+    assert traces == {pk: n.trace_id for pk, n in stored.items()} and set(traces.values()) == request_traces
 
 
 def test_the_same_key_of_two_clients_in_one_write_makes_a_notification_for_each(

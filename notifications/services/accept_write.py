@@ -14,7 +14,8 @@ commits and publishes per request fall as the load rises, as they do for one cli
 Each group is answered from the statement's result (which of its notifications went in), before
 the publish; the statement failing fails every group in it (each then does what a failed group
 does), the publish failing fails none (its rows are left for the sweeper, as after any refused
-publish). A message holds one group's ids only, each carrying its own request's trace.
+publish). The ids of a write travel together in its messages, as a group's do, each carrying its
+own request's trace; a worker takes a message's ids client by client.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from .accept import (
     notification_build,
 )
 from .caps import recipient_cap_take
-from .outbox import notification_enqueued_state, notifications_publish_together
+from .outbox import notification_enqueued_state, notifications_publish
 from .status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
@@ -125,18 +126,17 @@ class SharedWrites:
 
 def _rows_write(taken: list[GroupRows]) -> None:
     """One statement for every group's keys and notifications, each group's ``written`` set from
-    its result; then one publish for all of them."""
+    its result; then one publish for all of them: their ids together in delivery messages
+    (DELIVERY_BATCH_SIZE a message), each id carrying its own request's trace, as a group's."""
     written = accept_rows_insert(
         keys=[key for rows in taken for key in rows.keys],
         notifications=[notification for rows in taken for notification, _ in rows.pending],
     )
     for rows in taken:
         rows.written = {notification.id for notification, _ in rows.pending if notification.id in written}
-    notifications_publish_together(
-        [
-            ([(n, delay) for n, delay in rows.pending if n.id in written and n.enqueued_at is not None], rows.carriers)
-            for rows in taken
-        ]
+    notifications_publish(
+        pending=[(n, delay) for rows in taken for n, delay in rows.pending if n.id in written and n.enqueued_at is not None],
+        carriers={pk: carrier for rows in taken for pk, carrier in rows.carriers.items()},
     )
 
 
@@ -195,8 +195,10 @@ def notification_accept_shared(
         # The statement it shared failed, perhaps for another group's row: written on its own.
         return notification_accept(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
     if notification.id in written:
-        if notification.status == Status.SUPPRESSED:
-            metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
+        if notification.status == Status.SUPPRESSED:  # as notification_accept counts it
+            transaction.on_commit(
+                lambda: metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason)
+            )
         return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
     replay = idempotency_replay(client=client, key=idempotency_key, fingerprint=fingerprint, now=now)
     if replay is not None:

@@ -122,31 +122,6 @@ def notifications_enqueue(*, notification_ids: list[Any]) -> int:
     return sent + len(published)
 
 
-def notifications_publish_together(groups: list[tuple[list[tuple[Notification, float]], Mapping[str, Any]]]) -> None:
-    """notifications_publish for several groups of accepts at once (services/accept_write.py):
-    each group's (pending, carriers) messages as notifications_publish makes them, those due now
-    of every group in one AMQP transaction. What the broker refuses has its ``enqueued_at``
-    cleared, so the sweeper sends it."""
-    due: list[Notification] = []
-    messages: list[dramatiq.Message[Any]] = []
-    for pending, carriers in groups:
-        for notification, delay in pending:
-            if delay:
-                notification_publish(notification=notification, delay_seconds=delay, carriers=carriers)
-        group_due = [notification for notification, delay in pending if not delay]
-        for priority in sorted({n.priority for n in group_due}):
-            ids = [str(n.pk) for n in group_due if n.priority == priority]
-            messages += delivery_messages(notification_ids=ids, priority=priority, carriers=carriers)
-        due += group_due
-    if not messages:
-        return
-    try:
-        messages_publish(dramatiq.get_broker(), messages)
-    except Exception:
-        logger.warning("could not enqueue %d notifications; the sweeper will retry", len(due), exc_info=True)
-        Notification.objects.filter(pk__in=[n.pk for n in due], enqueued_at__isnull=False).update(enqueued_at=None)
-
-
 def _due_publish(due: list[Notification], carriers: Mapping[str, Any] | None = None) -> tuple[list[Any], list[Any]]:
     """Publish the messages of notifications due now, one round trip a priority; the ids the
     broker took and those it refused (logged: the sweeper tries them again). ``carriers``: the
