@@ -43,21 +43,7 @@ def accepts_send(
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            key = f"{prefix}-{index}"
-            body = json.dumps(
-                {"user_id": f"{prefix}-u{index}", "subject": "Bench", "message": f"Hello {key}.", "to": f"e{index}@example.com"}
-            )
-            token = tokens[index % len(tokens)]
-            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key}
-            try:
-                connection.request("POST", "/api/v1/notifications", body=body, headers=headers)
-                response = connection.getresponse()
-                response.read()
-                ok = response.status == 202
-            except (OSError, http.client.HTTPException):
-                connection.close()
-                connection = http.client.HTTPConnection(host.hostname, host.port, timeout=30)
-                ok = False
+            connection, ok = accept_post(connection, token=tokens[index % len(tokens)], key=f"{prefix}-{index}", number=index)
             elapsed = time.monotonic() - due
             with lock:
                 latencies.append(elapsed)
@@ -72,3 +58,20 @@ def accepts_send(
     for thread in threads:
         thread.join()
     return Sent(latencies=latencies, errors=errors[0], seconds=time.monotonic() - start)
+
+
+def accept_post(
+    connection: http.client.HTTPConnection, *, token: str, key: str, number: int
+) -> tuple[http.client.HTTPConnection, bool]:
+    """POST one accept (``key`` its Idempotency-Key, ``number`` its recipient's) on ``connection``:
+    the connection to use next (a new one after an error) and whether it was answered 202."""
+    body = json.dumps({"user_id": f"{key}-u", "subject": "Bench", "message": f"Hello {key}.", "to": f"e{number}@example.com"})
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key}
+    try:
+        connection.request("POST", "/api/v1/notifications", body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return connection, response.status == 202
+    except (OSError, http.client.HTTPException):
+        connection.close()
+        return http.client.HTTPConnection(connection.host, connection.port, timeout=30), False

@@ -109,8 +109,8 @@ def group_latency_section(r: Results) -> list[str]:
         "## 12. Accept latency at one request at a time, group commit on and off",
         "",
         "Two gunicorns as deployed (2 workers each), one with `ACCEPT_GROUP_SIZE` at its default "
-        f"({group.group_size}), one with `ACCEPT_GROUP_SIZE=1`; one keep-alive connection sends accepts one after the "
-        f"other, in {group.rounds} rounds alternating between the two (bench/group_latency.py). Client-side latency.",
+        f"({group.group_size}), one with `ACCEPT_GROUP_SIZE=1`; a keep-alive connection to each, accepts sent one after "
+        "the other, turn about to the two servers, only one ever in flight (bench/group_latency.py). Client-side latency.",
         "",
         "| Group commit | Requests | p50 ms | p95 ms | p99 ms |",
         "|---|---:|---:|---:|---:|",
