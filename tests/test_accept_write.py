@@ -8,13 +8,11 @@ others are queued behind it; they are then written together."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
 import pytest
-from django.db import connection
 from opentelemetry import trace
 from rest_framework.test import APIClient
 
@@ -24,8 +22,7 @@ from notifications.services import accept_write
 from notifications.tracing import TRACE_OPTION, TRACES_OPTION
 
 from .factories import make_api_client
-from .helpers import wait_until
-from .test_accept_group import body, drain
+from .test_accept_group import body, drain, held_in_turn, post_together
 from .test_tracing import spans  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,46 +31,10 @@ URL = "/api/v1/notifications"
 
 
 @pytest.fixture
-def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[int], Callable[[int], None]]]:
+def writes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], Callable[[int], None]]:
     """The groups in each shared write, and ``hold(n)``: the next write of one group waits until
     ``n`` groups are queued behind it, so those ``n`` are written together."""
-    sizes: list[int] = []
-    held: list[int] = []
-    real = accept_write._rows_write
-
-    def recording(taken: list[Any]) -> None:
-        sizes.append(len(taken))
-        if held and len(taken) == 1:
-            wanted = held.pop()
-            wait_until(lambda: accept_write.shared_writes.waiting >= wanted, timeout=10, message=f"{wanted} groups queued")
-        real(taken)
-
-    monkeypatch.setattr(accept_write, "_rows_write", recording)
-    yield sizes, held.append
-
-
-def post_together(requests: list[tuple[str, str, dict[str, Any]]]) -> list[Any]:
-    """POST each (token, key, body) from its own thread, all at once; the responses in order."""
-    responses: list[Any] = [None] * len(requests)
-    start = threading.Barrier(len(requests))
-
-    def send(index: int) -> None:
-        token, key, payload = requests[index]
-        api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-        start.wait()
-        try:
-            responses[index] = api.post(URL, payload, format="json", HTTP_IDEMPOTENCY_KEY=key)
-        finally:
-            connection.close()  # this thread's connection, or the test database cannot be dropped
-
-    threads = [threading.Thread(target=send, args=(index,)) for index in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert all(not thread.is_alive() for thread in threads)
-    return responses
+    return held_in_turn(monkeypatch, accept_write, "_rows_write", lambda: accept_write.shared_writes.waiting)
 
 
 def tokens(count: int) -> list[str]:
@@ -87,7 +48,7 @@ def test_concurrent_accepts_of_different_clients_are_written_together_each_with_
 ) -> None:
     sizes, hold = writes
     hold(3)
-    responses = post_together([(token, f"w-{n}", body(n)) for n, token in enumerate(tokens(4))])
+    responses = post_together(tokens(4), [(f"w-{n}", body(n)) for n in range(4)])
 
     assert [r.status_code for r in responses] == [202] * 4, [r.content for r in responses]
     assert sorted(sizes) == [1, 3]  # the first alone, the three clients' behind it in one statement
@@ -127,7 +88,7 @@ def test_the_same_key_of_two_clients_in_one_write_makes_a_notification_for_each(
     sizes, hold = writes
     first, second, third = tokens(3)
     hold(2)
-    responses = post_together([(first, "lead", body(0)), (second, "same", body(1)), (third, "same", body(2))])
+    responses = post_together([first, second, third], [("lead", body(0)), ("same", body(1)), ("same", body(2))])
 
     assert [r.status_code for r in responses] == [202] * 3, [r.content for r in responses]
     assert sorted(sizes) == [1, 2]
@@ -149,7 +110,7 @@ def test_a_key_its_client_already_used_replays_in_a_shared_write_while_another_c
     assert stored.status_code == 202
     sizes.clear()
     hold(2)
-    responses = post_together([(lead, "lead", body(0)), (owner, "taken", body(1)), (other, "taken", body(2))])
+    responses = post_together([lead, owner, other], [("lead", body(0)), ("taken", body(1)), ("taken", body(2))])
 
     assert [r.status_code for r in responses] == [202] * 3
     assert sorted(sizes) == [1, 2]
@@ -174,7 +135,7 @@ def test_a_shared_write_that_fails_leaves_each_of_its_requests_accepted_on_its_o
 
     monkeypatch.setattr(accept_write, "accept_rows_insert", failing_once_when_shared)
     hold(3)
-    responses = post_together([(token, f"f-{n}", body(n)) for n, token in enumerate(tokens(4))])
+    responses = post_together(tokens(4), [(f"f-{n}", body(n)) for n in range(4)])
 
     assert failed == [3]  # the write of three groups failed as a whole...
     # ...and each of them was accepted on its own, not answered 503 for another's row.

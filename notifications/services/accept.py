@@ -36,7 +36,7 @@ from ..models import (
 )
 from ..selectors import category_get, notification_get, recipient_and_category, recipients_by_user_id
 from ..sql import insert_or_nothing
-from .caps import recipient_cap_take
+from .caps import CapSlot, recipient_cap_take
 from .consent import consent_at_accept
 from .content import NotificationContent, requested_content
 from .digest_join import DigestRequest, digest_join, digest_member_mark, digest_member_request
@@ -104,18 +104,11 @@ def notification_accept(
     body) even when this request could no longer be accepted (say its recipient was deleted since).
     """
     key = idempotency_key or str(uuid.uuid4())
-    try:
-        notification = notification_build(client=client, request=digest_member_request(request), idempotency_key=key)
-    except ValidationFailed:
-        replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=timezone.now())
-        if replay is not None:
-            return replay
-        raise
+    draft = accept_draft(client=client, request=request, idempotency_key=key, fingerprint=fingerprint)
+    if isinstance(draft, AcceptResult):
+        return draft
+    notification, cap_slot, delay_seconds, body = draft.notification, draft.cap_slot, draft.delay_seconds, draft.body
     now = notification.created_at
-    digest_member_mark(notification=notification, request=request)
-    cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
-    delay_seconds = notification_enqueued_state(notification, now=now)
-    body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
     try:
         with transaction.atomic():
             if not _idempotency_claim(client=client, key=key, fingerprint=fingerprint, body=body, now=now):
@@ -137,6 +130,37 @@ def notification_accept(
         cap_slot.release()  # nothing was written (a failed statement, the commit, a timeout): nothing will be sent
         raise
     return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
+
+
+@dataclass(frozen=True)
+class AcceptDraft:
+    """An accept's notification built and not yet written: its cap slot taken (given back if it is
+    not written), its enqueued state set (the publish delay), and the answer it is written with."""
+
+    notification: Notification
+    cap_slot: CapSlot
+    delay_seconds: float
+    body: dict[str, Any]
+
+
+def accept_draft(
+    *, client: ApiClient, request: NotificationRequest, idempotency_key: str, fingerprint: str
+) -> AcceptDraft | AcceptResult:
+    """The notification the request asks for, built (validated, addressed, rendered, consent and
+    cap decided) and in its enqueued state; or, when it cannot be built, the stored answer of its
+    key if there is one (say its recipient was deleted since the first request)."""
+    try:
+        notification = notification_build(client=client, request=digest_member_request(request), idempotency_key=idempotency_key)
+    except ValidationFailed:
+        replay = idempotency_replay(client=client, key=idempotency_key, fingerprint=fingerprint, now=timezone.now())
+        if replay is not None:
+            return replay
+        raise
+    digest_member_mark(notification=notification, request=request)
+    cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
+    delay_seconds = notification_enqueued_state(notification, now=notification.created_at)
+    body = {"id": str(notification.id), "status": notification.status, "idempotency_key": idempotency_key}
+    return AcceptDraft(notification=notification, cap_slot=cap_slot, delay_seconds=delay_seconds, body=body)
 
 
 def _idempotency_claim(*, client: ApiClient, key: str, fingerprint: str, body: dict[str, Any], now: datetime) -> bool:

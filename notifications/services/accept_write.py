@@ -27,22 +27,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from .. import metrics, tracing
-from ..errors import ValidationFailed
 from ..models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
 from ..sql import insert_claimed, model_rows
 from .accept import (
     AcceptResult,
     NotificationRequest,
+    accept_draft,
     idempotency_key_row,
     idempotency_replay,
     notification_accept,
-    notification_build,
 )
-from .caps import recipient_cap_take
-from .outbox import notification_enqueued_state, notifications_publish
+from .outbox import notifications_publish
 from .status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
@@ -169,17 +166,11 @@ def notification_accept_shared(
     in one): the same reads and answers, its write and publish shared with the other groups
     writing at the same moment. A key already taken answers its replay (or 422); an expired one
     is replaced in place by notification_accept, as there."""
-    try:
-        notification = notification_build(client=client, request=request, idempotency_key=idempotency_key)
-    except ValidationFailed:
-        replay = idempotency_replay(client=client, key=idempotency_key, fingerprint=fingerprint, now=timezone.now())
-        if replay is not None:
-            return replay
-        raise
+    draft = accept_draft(client=client, request=request, idempotency_key=idempotency_key, fingerprint=fingerprint)
+    if isinstance(draft, AcceptResult):
+        return draft
+    notification, cap_slot, delay, body = draft.notification, draft.cap_slot, draft.delay_seconds, draft.body
     now = notification.created_at
-    cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
-    delay = notification_enqueued_state(notification, now=now)
-    body = {"id": str(notification.id), "status": notification.status, "idempotency_key": idempotency_key}
     key = idempotency_key_row(client=client, key=idempotency_key, fingerprint=fingerprint, body=body, now=now)
     rows = GroupRows(keys=[key], pending=[(notification, delay)], carriers={str(notification.id): tracing.message_carrier()})
     written: set[Any] = set()
