@@ -1,10 +1,14 @@
 -- wrk script of `make bench` (bench/accept_http.py). BENCH_MODE=accept: every request is a
 -- POST /api/v1/notifications with an Idempotency-Key and a body of its own (no replays), sent with
--- the bench client's token (BENCH_TOKEN). Any mode: one line "BENCH {json}" with the totals and
--- latency percentiles (microseconds) at the end, which the bench reads.
+-- the tokens of BENCH_TOKENS (comma-separated; several: their clients in turn, each request the
+-- next one's). Any mode: one line "BENCH {json}" with the totals and latency percentiles
+-- (microseconds) at the end, which the bench reads.
 
 local mode = os.getenv("BENCH_MODE") or "get"
-local token = os.getenv("BENCH_TOKEN")
+local tokens = {}
+for token in string.gmatch(os.getenv("BENCH_TOKENS") or "", "[^,]+") do
+  table.insert(tokens, "Bearer " .. token)
+end
 local prefix = os.getenv("BENCH_KEY_PREFIX") or "wrk"
 local threads = {}
 local counter = 0
@@ -15,18 +19,16 @@ function setup(thread)
 end
 
 if mode == "accept" then
-  if token == nil or token == "" then
-    error("BENCH_TOKEN is not set")
+  if #tokens == 0 then
+    error("BENCH_TOKENS is not set")
   end
-  local headers = {
-    ["Authorization"] = "Bearer " .. token,
-    ["Content-Type"] = "application/json",
-  }
+  local headers = {["Content-Type"] = "application/json"}
 
   function request()
     counter = counter + 1
     local key = string.format("%s-%d-%d", prefix, thread_number, counter)
     headers["Idempotency-Key"] = key
+    headers["Authorization"] = tokens[(counter + thread_number) % #tokens + 1]
     local body = string.format(
       '{"user_id":"u%d-%d","subject":"Bench","message":"Hello, request %s.","to":"u%d.%d@example.com"}',
       thread_number, counter, key, thread_number, counter

@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -60,27 +60,43 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def web_server(*, workers: int = 1, gthread: bool = False) -> Iterator[tuple[str, BenchProcess]]:
+def web_server(*, workers: int = 1, gthread: bool = False, name: str = "web", **env: str) -> Iterator[tuple[str, BenchProcess]]:
     """``python -m gunicorn platform.asgi:application`` as the image runs it (gunicorn.conf.py: its
     processes, uvicorn workers, 16 threads each for the WSGI site), on a free port of 127.0.0.1, with
-    ``--workers`` as asked; ``gthread``: the WSGI application on gunicorn's own threads instead, as
-    served before the inbox's streams (for the comparison in bench/inbox.py)."""
+    ``--workers`` and the environment's ``env`` as asked; ``gthread``: the WSGI application on
+    gunicorn's own threads instead, as served before the inbox's streams (for bench/inbox.py)."""
     port = free_port()
     argv = [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"]
     # A control socket of its own: gunicorn's default (~/.gunicorn/gunicorn.ctl) is one per user.
     argv += ["--workers", str(workers), "--control-socket", str(LOG_DIR / f"gunicorn-{port}.ctl")]
     application = ["--worker-class", "gthread", "platform.wsgi:application"] if gthread else ["platform.asgi:application"]
-    name = f"web-w{workers}" + ("-gthread" if gthread else "")
-    with BenchProcess(name, [*argv, *application], env=platform_env(LOG_LEVEL="INFO")) as server:
+    label = f"{name}-w{workers}" + ("-gthread" if gthread else "")
+    with BenchProcess(label, [*argv, *application], env=platform_env(**{"LOG_LEVEL": "INFO", **env})) as server:
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _healthy(url), timeout=60, what="gunicorn to answer /healthz", interval=0.2, watch=server)
         yield url, server
 
 
-def wrk(url: str, *, server: BenchProcess, duration: float, threads: int, connections: int, accept: bool, prefix: str) -> Load:
+def wrk(
+    url: str,
+    *,
+    server: BenchProcess,
+    duration: float,
+    threads: int,
+    connections: int,
+    accept: bool,
+    prefix: str,
+    tokens: Sequence[str] = (),
+) -> Load:
+    """wrk's load for ``duration``: the accept (as the client of ``tokens`` in turn; default the
+    bench's one client) or GET /healthz."""
     require_tool("wrk", "run `make bench` (bench/wrk.sh installs it) or apt-get install wrk")
     path = "/api/v1/notifications" if accept else "/healthz"
-    env = {"BENCH_MODE": "accept" if accept else "get", "BENCH_TOKEN": api_token() if accept else "", "BENCH_KEY_PREFIX": prefix}
+    env = {
+        "BENCH_MODE": "accept" if accept else "get",
+        "BENCH_TOKENS": ",".join(tokens or [api_token()]) if accept else "",
+        "BENCH_KEY_PREFIX": prefix,
+    }
     argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(LUA), f"{url}{path}"]
     cpu_before = tree_cpu(server.pid)
     done = subprocess.run(argv, capture_output=True, text=True, env=platform_env(**env), timeout=duration + 60)

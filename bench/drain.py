@@ -63,26 +63,39 @@ def _queue() -> str:
     return delivery_route("high").queue_name
 
 
-def queue_purge() -> None:
+def broker() -> Any:
+    """Dramatiq's broker, its connection in this thread made again when RabbitMQ dropped it: pika's
+    blocking connection answers no heartbeat between calls, so one idle past a minute is closed."""
     import dramatiq
+    import pika.exceptions
 
-    broker = dramatiq.get_broker()
-    broker.flush(_queue())
-    wait_for(lambda: broker.get_queue_message_counts(_queue())[0] == 0, timeout=10, what="the delivery queue to empty")
+    current = dramatiq.get_broker()
+    try:
+        if current.connection.is_open:
+            current.connection.process_data_events(time_limit=0)
+            return current
+    except pika.exceptions.AMQPError:
+        pass
+    del current.connection
+    return current
+
+
+def queue_purge() -> None:
+    def emptied() -> bool:
+        # Flushed again until it stays empty: a web server may still publish what it was answering.
+        broker().flush(_queue())
+        return bool(broker().get_queue_message_counts(_queue())[0] == 0)
+
+    wait_for(emptied, timeout=10, what="the delivery queue to empty", interval=0.2)
 
 
 def consumer_count() -> int:
-    import dramatiq
-
-    broker = dramatiq.get_broker()
-    return int(broker.channel.queue_declare(queue=_queue(), durable=True, passive=True).method.consumer_count)
+    return int(broker().channel.queue_declare(queue=_queue(), durable=True, passive=True).method.consumer_count)
 
 
 def backlog_publish(ids: list[str]) -> None:
     """The backlog's delivery messages as the batch service makes them (DELIVERY_BATCH_SIZE ids a
     message), all published in one AMQP transaction (broker_batch)."""
-    import dramatiq
-
     from notifications.broker_batch import messages_publish
     from notifications.conf import get_config
     from notifications.services.records.outbox import delivery_message
@@ -91,7 +104,7 @@ def backlog_publish(ids: list[str]) -> None:
     messages = [
         delivery_message(notification_ids=ids[start : start + size], priority="high") for start in range(0, len(ids), size)
     ]
-    messages_publish(dramatiq.get_broker(), messages)
+    messages_publish(broker(), messages)
 
 
 def notifications_reset() -> None:
@@ -134,11 +147,12 @@ def backlog_drain(
     sent: Callable[[], int],
     threads: int = 8,
     on_start: Callable[[BenchProcess], None] | None = None,
+    publish: Callable[[], None] | None = None,
     **env: str,
 ) -> Drain:
     """Start workers on an empty queue, publish the backlog ``ids`` once every process has
-    attached, and time it from the first send (``first_send``: a wall-clock time) to the last
-    notification delivered; CPU is counted from the publish to the end."""
+    attached (backlog_publish, or ``publish``), and time it from the first send (``first_send``: a
+    wall-clock time) to the last notification delivered; CPU is counted from the publish to the end."""
     queue_purge()
     with workers(processes=processes, threads=threads, **env) as running:
         wait_for(
@@ -150,7 +164,10 @@ def backlog_drain(
         )
         meter = CpuMeter(workers=running.pid)
         meter.start()
-        backlog_publish(ids)
+        if publish is None:
+            backlog_publish(ids)
+        else:
+            publish()
         if on_start is not None:
             on_start(running)
         wait_for(lambda: sent() >= len(ids), timeout=600, what=f"{len(ids)} sends", interval=0.02, watch=running)

@@ -11,15 +11,11 @@ the same rate and consumed by 2 processes acking, publish to consume.
 
 from __future__ import annotations
 
-import http.client
-import json
-import threading
-import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from bench import raw_pika
 from bench.accept_http import api_token, web_server
+from bench.accept_sender import accepts_send
 from bench.drain import consumer_count, notifications_reset, queue_purge
 from bench.harness import percentile, wait_for, workers
 
@@ -52,46 +48,8 @@ def open_loop(url: str, *, rate: float, seconds: float, prefix: str, connections
     connections; returns each request's latency from when it was due, the error count, and the
     rate achieved (requests / time from the first due to the last answer)."""
     total = max(1, int(rate * seconds))
-    host = urlsplit(url)
-    token = api_token()
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    start = time.monotonic() + 0.2
-
-    def sender(lane: int) -> None:
-        connection = http.client.HTTPConnection(host.hostname, host.port, timeout=30)
-        for index in range(lane, total, connections):
-            due = start + index / rate
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            key = f"{prefix}-{index}"
-            body = json.dumps(
-                {"user_id": f"e{index}", "subject": "Bench", "message": f"Hello {key}.", "to": f"e{index}@example.com"}
-            )
-            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key}
-            try:
-                connection.request("POST", "/api/v1/notifications", body=body, headers=headers)
-                response = connection.getresponse()
-                response.read()
-                ok = response.status == 202
-            except (OSError, http.client.HTTPException):
-                connection.close()
-                connection = http.client.HTTPConnection(host.hostname, host.port, timeout=30)
-                ok = False
-            elapsed = time.monotonic() - due
-            with lock:
-                latencies.append(elapsed)
-                errors[0] += 0 if ok else 1
-        connection.close()
-
-    threads = [threading.Thread(target=sender, args=(lane,)) for lane in range(connections)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return latencies, errors[0], total / (time.monotonic() - start)
+    sent = accepts_send(url, count=total, tokens=[api_token()], prefix=prefix, connections=connections, rate=rate)
+    return sent.latencies, sent.errors, total / sent.seconds
 
 
 def delivery_latencies(prefix: str) -> tuple[list[float], int]:

@@ -7,14 +7,19 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import report_hot_paths
 from bench.accept_http import AcceptRun
+from bench.clients_accept import ClientsRun
 from bench.drain import Drain
 from bench.end_to_end import EndToEnd
+from bench.group_latency import GroupLatency
 from bench.list_scale import GOAL_MS, ScaleResult
+from bench.mixed_backlog import MixedBacklog
 from bench.noisy import Noisy
 from bench.post_office_drain import EmailComparison
 from bench.profiling import Profile
 from bench.rate_limit import Accuracy
+from bench.report_format import met, ms
 
 
 @dataclass
@@ -35,58 +40,56 @@ class Results:
     accuracy: Accuracy | None = None
     noisy: Noisy | None = None
     profiles: list[Profile] = field(default_factory=list)
-
-
-def _yes(ok: bool) -> str:
-    return "**yes**" if ok else "**no**"
-
-
-def _ms(value: float) -> str:
-    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+    mixed_backlog: MixedBacklog | None = None
+    clients: dict[int, ClientsRun] = field(default_factory=dict)  # gunicorn workers -> run
+    group_latency: GroupLatency | None = None
 
 
 def summary(r: Results) -> list[str]:
-    rows = ["| Goal (issue #11) | Figure | Baseline, same run | Ratio | Goal | Met |", "|---|---:|---:|---:|---|---|"]
+    rows = [
+        "| Goal (issue #11 unless named) | Figure | Baseline, same run | Ratio | Goal | Met |",
+        "|---|---:|---:|---:|---|---|",
+    ]
     if 1 in r.accept:
         run = r.accept[1]
         rows.append(
             f"| Accept over HTTP (gunicorn as deployed, wrk -t{r.options['threads']} -c{r.options['connections']}) | "
-            f"{run.accept.rate:.0f} req/s | /healthz {run.healthz.rate:.0f} req/s | {run.ratio:.2f} | >= 0.50 | {_yes(run.ratio >= 0.5)} |"
+            f"{run.accept.rate:.0f} req/s | /healthz {run.healthz.rate:.0f} req/s | {run.ratio:.2f} | >= 0.50 | {met(run.ratio >= 0.5)} |"
         )
     if 2 in r.drains and 2 in r.raw_pika:
         drain = r.drains[2]
         rows.append(
             f"| Drain of {drain.count} queued, rundramatiq --processes 2, no-op provider | {drain.rate:.0f} msg/s | "
-            f"raw pika {r.raw_pika[2]:.0f} msg/s | {drain.rate / r.raw_pika[2]:.2f} | >= 0.35 | {_yes(drain.rate / r.raw_pika[2] >= 0.35)} |"
+            f"raw pika {r.raw_pika[2]:.0f} msg/s | {drain.rate / r.raw_pika[2]:.2f} | >= 0.35 | {met(drain.rate / r.raw_pika[2] >= 0.35)} |"
         )
     if r.email:
         mine, theirs = _median_rate(r.email.ours), _median_rate(r.email.post_office)
         rows.append(
             f"| Email drain, {r.email.count} emails to an SMTP sink (median of {len(r.email.ours)} rounds) | {mine:.0f} emails/s | "
-            f"post_office {theirs:.0f} emails/s | {mine / theirs:.2f} | >= 1.0 | {_yes(mine >= theirs)} |"
+            f"post_office {theirs:.0f} emails/s | {mine / theirs:.2f} | >= 1.0 | {met(mine >= theirs)} |"
         )
     if r.end_to_end:
         e2e = r.end_to_end
         rows.append(
-            f"| End to end p95, accept -> delivered at {e2e.achieved_rate:.0f} req/s | {_ms(e2e.delivered.p95_ms)} ms | "
-            f"raw pika p95 {_ms(e2e.raw_pika.p95_ms)} ms | {e2e.delivered.p95_ms / e2e.raw_pika.p95_ms:.1f}x | < 100 ms | "
-            f"{_yes(e2e.delivered.p95_ms < 100)} |"
+            f"| End to end p95, accept -> delivered at {e2e.achieved_rate:.0f} req/s | {ms(e2e.delivered.p95_ms)} ms | "
+            f"raw pika p95 {ms(e2e.raw_pika.p95_ms)} ms | {e2e.delivered.p95_ms / e2e.raw_pika.p95_ms:.1f}x | < 100 ms | "
+            f"{met(e2e.delivered.p95_ms < 100)} |"
         )
     if r.scale:
         worst = max(r.scale.pages, key=lambda page: page.p95_ms)
         rows.append(
-            f"| Slowest list page p95 at {r.scale.rows:,} rows ({worst.page.name}) | {_ms(worst.p95_ms)} ms | "
-            f"/healthz p95 {_ms(r.scale.healthz_p95_ms)} ms | {worst.p95_ms / r.scale.healthz_p95_ms:.1f}x | < {GOAL_MS:.0f} ms | "
-            f"{_yes(all(page.ok for page in r.scale.pages))} ({sum(page.ok for page in r.scale.pages)}/{len(r.scale.pages)} pages) |"
+            f"| Slowest list page p95 at {r.scale.rows:,} rows ({worst.page.name}) | {ms(worst.p95_ms)} ms | "
+            f"/healthz p95 {ms(r.scale.healthz_p95_ms)} ms | {worst.p95_ms / r.scale.healthz_p95_ms:.1f}x | < {GOAL_MS:.0f} ms | "
+            f"{met(all(page.ok for page in r.scale.pages))} ({sum(page.ok for page in r.scale.pages)}/{len(r.scale.pages)} pages) |"
         )
     if r.noisy:
         noisy = r.noisy
         rows.append(
             f"| Noisy neighbour: B's webhook p95 during A's {noisy.subscribers:,}-subscriber broadcast (issue #22) | "
-            f"{_ms(noisy.during.p95_ms)} ms | B alone p95 {_ms(noisy.alone.p95_ms)} ms | "
-            f"{noisy.during.p95_ms / noisy.alone.p95_ms:.1f}x | < 500 ms | {_yes(noisy.during.p95_ms < 500)} |"
+            f"{ms(noisy.during.p95_ms)} ms | B alone p95 {ms(noisy.alone.p95_ms)} ms | "
+            f"{noisy.during.p95_ms / noisy.alone.p95_ms:.1f}x | < 500 ms | {met(noisy.during.p95_ms < 500)} |"
         )
-    return rows
+    return rows + report_hot_paths.summary_rows(r)
 
 
 def _median_rate(drains: list[Drain]) -> float:
@@ -110,8 +113,8 @@ def accept_section(r: Results) -> list[str]:
     for workers, run in sorted(r.accept.items()):
         for name, load in (("GET /healthz", run.healthz), ("POST /api/v1/notifications", run.accept)):
             lines.append(
-                f"| {workers} | {name} | {load.requests} | {load.rate:.0f} | {_ms(load.p50_ms)} | {_ms(load.p90_ms)} | "
-                f"{_ms(load.p99_ms)} | {load.errors} | {load.cpu_ms_per_request:.2f} |"
+                f"| {workers} | {name} | {load.requests} | {load.rate:.0f} | {ms(load.p50_ms)} | {ms(load.p90_ms)} | "
+                f"{ms(load.p99_ms)} | {load.errors} | {load.cpu_ms_per_request:.2f} |"
             )
     for workers, run in sorted(r.accept.items()):
         lines.append("")
@@ -204,13 +207,13 @@ def end_to_end_section(r: Results) -> list[str]:
         "",
         "| | Count | p50 ms | p95 ms | p99 ms |",
         "|---|---:|---:|---:|---:|",
-        f"| Raw pika publish -> consume | {e2e.raw_pika.count} | {_ms(e2e.raw_pika.p50_ms)} | {_ms(e2e.raw_pika.p95_ms)} | {_ms(e2e.raw_pika.p99_ms)} |",
-        f"| Accept over HTTP (client side) | {e2e.accept.count} | {_ms(e2e.accept.p50_ms)} | {_ms(e2e.accept.p95_ms)} | {_ms(e2e.accept.p99_ms)} |",
-        f"| Accepted -> delivered (created_at -> delivered_at) | {e2e.delivered.count} | {_ms(e2e.delivered.p50_ms)} | "
-        f"{_ms(e2e.delivered.p95_ms)} | {_ms(e2e.delivered.p99_ms)} |",
+        f"| Raw pika publish -> consume | {e2e.raw_pika.count} | {ms(e2e.raw_pika.p50_ms)} | {ms(e2e.raw_pika.p95_ms)} | {ms(e2e.raw_pika.p99_ms)} |",
+        f"| Accept over HTTP (client side) | {e2e.accept.count} | {ms(e2e.accept.p50_ms)} | {ms(e2e.accept.p95_ms)} | {ms(e2e.accept.p99_ms)} |",
+        f"| Accepted -> delivered (created_at -> delivered_at) | {e2e.delivered.count} | {ms(e2e.delivered.p50_ms)} | "
+        f"{ms(e2e.delivered.p95_ms)} | {ms(e2e.delivered.p99_ms)} |",
         "",
         f"Errors: {e2e.errors}; not delivered when measured: {e2e.undelivered}. "
-        f"p95 accepted -> delivered: **{_ms(e2e.delivered.p95_ms)} ms** (goal < 100 ms), "
+        f"p95 accepted -> delivered: **{ms(e2e.delivered.p95_ms)} ms** (goal < 100 ms), "
         f"{e2e.delivered.p95_ms / e2e.raw_pika.p95_ms:.1f}x raw pika's p95.",
     ]
 
@@ -225,8 +228,8 @@ def scale_section(r: Results) -> list[str]:
         f"{scale.generate_seconds:.0f} s (bench/bulk_notifications.py: 3 clients 50/30/20%, skewed user ids, channels "
         "70/15/10/5%, 90% delivered, 2% failed, created over 30 days). Each first page requested over HTTP from gunicorn "
         f"(as deployed) {r.options['page_requests']} times after 3 warm-ups, the admin's with a superuser logged in through "
-        f"the login form; baseline `GET /healthz` the same way: p50 {_ms(scale.healthz_p50_ms)} ms, p95 "
-        f"{_ms(scale.healthz_p95_ms)} ms. In-process: the same page once through Django's test client in the bench process "
+        f"the login form; baseline `GET /healthz` the same way: p50 {ms(scale.healthz_p50_ms)} ms, p95 "
+        f"{ms(scale.healthz_p95_ms)} ms. In-process: the same page once through Django's test client in the bench process "
         "(after one warm-up), with every query it ran and their time.",
         "",
         "| Page | p50 ms | p95 ms | p50 / healthz p50 | < 150 ms | In-process ms | Queries | Their ms |",
@@ -234,10 +237,10 @@ def scale_section(r: Results) -> list[str]:
     ]
     for page in scale.pages:
         render = page.render
-        detail = f"{_ms(render.ms)} | {render.queries} | {_ms(render.queries_ms)}" if render else "- | - | -"
+        detail = f"{ms(render.ms)} | {render.queries} | {ms(render.queries_ms)}" if render else "- | - | -"
         lines.append(
-            f"| {page.page.name} | {_ms(page.p50_ms)} | {_ms(page.p95_ms)} | {page.p50_ms / scale.healthz_p50_ms:.1f} | "
-            f"{_yes(page.ok)} | {detail} |"
+            f"| {page.page.name} | {ms(page.p50_ms)} | {ms(page.p95_ms)} | {page.p50_ms / scale.healthz_p50_ms:.1f} | "
+            f"{met(page.ok)} | {detail} |"
         )
     lines += [
         "",
@@ -279,7 +282,7 @@ def scaling_section(r: Results) -> list[str]:
             f"| /healthz, req/s (baseline) | {one.healthz.rate:.0f} | {two.healthz.rate:.0f} | {two.healthz.rate / one.healthz.rate:.2f} |"
         )
         lines.append(
-            f"| Accept p99, ms | {_ms(one.accept.p99_ms)} | {_ms(two.accept.p99_ms)} | {two.accept.p99_ms / one.accept.p99_ms:.2f} |"
+            f"| Accept p99, ms | {ms(one.accept.p99_ms)} | {ms(two.accept.p99_ms)} | {two.accept.p99_ms / one.accept.p99_ms:.2f} |"
         )
     if 1 in r.drains and 2 in r.drains:
         one_d, two_d = r.drains[1], r.drains[2]
@@ -321,14 +324,14 @@ def noisy_section(r: Results) -> list[str]:
         "",
         "| Client B's notifications | Count | p50 ms | p95 ms | p99 ms |",
         "|---|---:|---:|---:|---:|",
-        f"| Alone | {n.alone.count} | {_ms(n.alone.p50_ms)} | {_ms(n.alone.p95_ms)} | {_ms(n.alone.p99_ms)} |",
-        f"| During A's broadcast | {n.during.count} | {_ms(n.during.p50_ms)} | {_ms(n.during.p95_ms)} | {_ms(n.during.p99_ms)} |",
-        f"| During A's broadcast, accept -> claimed by a worker | {n.during_claimed.count} | {_ms(n.during_claimed.p50_ms)} | "
-        f"{_ms(n.during_claimed.p95_ms)} | {_ms(n.during_claimed.p99_ms)} |",
+        f"| Alone | {n.alone.count} | {ms(n.alone.p50_ms)} | {ms(n.alone.p95_ms)} | {ms(n.alone.p99_ms)} |",
+        f"| During A's broadcast | {n.during.count} | {ms(n.during.p50_ms)} | {ms(n.during.p95_ms)} | {ms(n.during.p99_ms)} |",
+        f"| During A's broadcast, accept -> claimed by a worker | {n.during_claimed.count} | {ms(n.during_claimed.p50_ms)} | "
+        f"{ms(n.during_claimed.p95_ms)} | {ms(n.during_claimed.p99_ms)} |",
         "",
         f"A's deliveries while B was measured: {n.a_delivered_during:,}; A's notifications still pending when B's last was "
         f"delivered: {n.a_pending_after:,}; B's not delivered: {n.b_undelivered}. "
-        f"p95 during A's broadcast: **{_ms(n.during.p95_ms)} ms** (goal < 500 ms).",
+        f"p95 during A's broadcast: **{ms(n.during.p95_ms)} ms** (goal < 500 ms).",
     ]
 
 
@@ -383,4 +386,5 @@ def render(r: Results) -> str:
     for present, section in sections:
         if present:
             lines += ["", *section(r)]
+    lines += report_hot_paths.sections(r)
     return "\n".join(lines) + "\n"

@@ -13,7 +13,9 @@ ratio (the VM is small, shared and noisy):
 8. a broadcast's fan-out (time, peak memory) and delivery against a drain   bench/broadcast.py
 9. the noisy neighbour: B's single webhooks during A's 6,000-subscriber broadcast, and alone   bench/noisy.py
 10. the in-app inbox: 2,000 live streams on one ASGI process at 100 notifications/s   bench/inbox.py
-11. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+11. issue #23: drain of a mixed HTTP backlog, 16 clients in turn, latency with the group commit on
+    and off   bench/mixed_backlog.py, clients_accept.py, group_latency.py
+12. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
 
 The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
 afterwards; every process it starts is stopped when its part ends, whatever happened.
@@ -36,7 +38,20 @@ from bench import machine, report  # noqa: E402
 from bench.harness import LOG_DIR, ROOT, bench_resources, log, require_tool, setup_django  # noqa: E402
 from bench.profiling import py_spy  # noqa: E402
 
-PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast", "noisy", "inbox")
+PARTS = (
+    "drain",
+    "rate-limit",
+    "accept",
+    "email",
+    "e2e",
+    "scale",
+    "broadcast",
+    "noisy",
+    "mixed-backlog",
+    "clients",
+    "group-latency",
+    "inbox",
+)
 
 
 def options() -> argparse.Namespace:
@@ -59,6 +74,7 @@ def options() -> argparse.Namespace:
     add("--noisy-subscribers", type=int, default=6000, help="Subscribers of client A's broadcast in the noisy-neighbour part.")
     add("--noisy-rate", type=float, default=4.0, help="Client B's single webhook notifications per second (noisy neighbour).")
     add("--noisy-duration", type=float, default=30, help="Seconds client B sends during A's broadcast (noisy neighbour).")
+    add("--sequential", type=int, default=2000, help="Accepts one at a time to each server (group-latency part).")
     add("--only", default=",".join(PARTS), help=f"Comma-separated parts to run, of: {','.join(PARTS)}.")
     add("--profile", action="store_true", help="Also profile a worker and the web process with py-spy.")
     add("--output", type=Path, default=None, help="Where to write the results (default: bench/RESULTS.md for a full run).")
@@ -101,7 +117,7 @@ def preflight(args: argparse.Namespace, parts: set[str]) -> None:
     """Fail now, with what to do, rather than after minutes of the other parts."""
     if "e2e" in parts and "accept" not in parts and not args.e2e_rate:
         raise SystemExit("bench: the end-to-end part runs at half the accept rate: run the accept part too, or give --e2e-rate")
-    if parts & {"accept", "e2e", "scale"} or args.profile:
+    if parts & {"accept", "e2e", "scale", "clients"} or args.profile:
         require_tool("wrk", "run `make bench` (bench/wrk.sh installs it) or `apt-get install wrk`")
     for module, needed in (("post_office", "email" in parts), ("aiosmtpd", "email" in parts), ("requests", "scale" in parts)):
         if needed and importlib.util.find_spec(module) is None:
@@ -123,9 +139,12 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
     from bench import (
         accept_http,
         broadcast,
+        clients_accept,
         drain,
         end_to_end,
+        group_latency,
         list_scale,
+        mixed_backlog,
         noisy,
         post_office_drain,
         profiling,
@@ -177,6 +196,16 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
             subscribers=args.noisy_subscribers, rate=args.noisy_rate, seconds=args.noisy_duration
         )
         log(f"noisy neighbour: B's p95 {results.noisy.during.p95_ms:.0f} ms during, {results.noisy.alone.p95_ms:.0f} ms alone")
+    if "mixed-backlog" in parts:
+        results.mixed_backlog = mixed_backlog.mixed_backlog(args.messages)
+    for workers in (2, 1) if "clients" in parts else ():
+        log(f"accept, one client and 16 in turn: gunicorn --workers {workers}, wrk {args.duration:g}s each")
+        results.clients[workers] = clients_accept.clients_accept(
+            workers=workers, duration=args.duration, threads=args.threads, connections=args.connections
+        )
+    if "group-latency" in parts:
+        log(f"accept latency one request at a time: {args.sequential} accepts each, group commit on and off")
+        results.group_latency = group_latency.group_latency(requests=args.sequential)
     if "broadcast" in parts:
         sizes = [int(size) for size in args.subscribers.split(",")]
         extra += ["", *broadcast.section(broadcast.broadcast_bench(sizes=sizes, deliveries=args.broadcast_deliveries))]

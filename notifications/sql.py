@@ -24,14 +24,15 @@ def insert_or_nothing(model: type[models.Model], values: dict[str, Any], *, conf
 
 
 def insert_rows_or_nothing(
-    model: type[models.Model], rows: list[dict[str, Any]], *, conflict_fields: tuple[str, ...], returning: str
+    model: type[models.Model], rows: list[dict[str, Any]], *, conflict_fields: tuple[str, ...], returning: str | tuple[str, ...]
 ) -> set[Any]:
     """One multi-row ``INSERT ... ON CONFLICT DO NOTHING RETURNING <returning>``: the values of
-    ``returning`` of the rows that went in, as the model's field gives them (a row whose key a
-    concurrent transaction holds waits for it, then is left out). ``rows`` are by column name and
-    prepared by the model's own fields, so JSON and datetimes are stored exactly as the ORM would.
-    ``conflict_fields=()`` is a bare ``ON CONFLICT DO NOTHING``: any unique index, partial ones too
-    (a conflict target would have to repeat a partial index's WHERE clause)."""
+    ``returning`` of the rows that went in, as the model's field gives them (a tuple of them when
+    ``returning`` names several columns; a row whose key a concurrent transaction holds waits for
+    it, then is left out). ``rows`` are by column name and prepared by the model's own fields, so
+    JSON and datetimes are stored exactly as the ORM would. ``conflict_fields=()`` is a bare
+    ``ON CONFLICT DO NOTHING``: any unique index, partial ones too (a conflict target would have to
+    repeat a partial index's WHERE clause)."""
     if not rows:
         return set()
     meta = model._meta
@@ -43,17 +44,24 @@ def insert_rows_or_nothing(
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
         f"VALUES {', '.join([placeholders] * len(rows))} "
-        f"{_on_conflict(conflict_fields)} DO NOTHING RETURNING {quote(returning)}"
+        f"{_on_conflict(conflict_fields)} DO NOTHING RETURNING {_columns(returning)}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return returned_values(fields[returning], cursor.fetchall())
+        if isinstance(returning, str):
+            return returned_values(fields[returning], cursor.fetchall())
+        return {tuple(fields[c].to_python(value) for c, value in zip(returning, row, strict=True)) for row in cursor.fetchall()}
 
 
 def returned_values(field: models.Field[Any, Any], rows: list[tuple[Any, ...]]) -> set[Any]:
     """The first column of ``RETURNING`` rows as ``field``'s Python values. A raw cursor skips the
     ORM's converters: SQLite returns a UUID as its 32-hex string, which equals no ``uuid.UUID``."""
     return {field.to_python(row[0]) for row in rows}
+
+
+def _columns(names: str | tuple[str, ...], *, table: str = "") -> str:
+    quote = connection.ops.quote_name
+    return ", ".join(f"{table}{quote(name)}" for name in ((names,) if isinstance(names, str) else names))
 
 
 def _on_conflict(conflict_fields: tuple[str, ...]) -> str:
@@ -81,15 +89,17 @@ def insert_many_or_nothing(
 
 
 def insert_claimed(
-    claims: tuple[type[models.Model], list[dict[str, Any]], tuple[str, ...], str],
+    claims: tuple[type[models.Model], list[dict[str, Any]], tuple[str, ...], tuple[str, ...]],
     model: type[models.Model],
     rows: list[dict[str, Any]],
     *,
-    claimed_by: str,
+    claimed_by: tuple[str, ...],
 ) -> set[Any]:
     """Insert the claim rows ``ON CONFLICT DO NOTHING`` and, of ``rows``, those whose claim went
-    in (``claimed_by``: their column holding the claim's ``returning`` value); returns the primary
-    keys of the rows inserted. ``claims`` is (model, rows, conflict_fields, returning).
+    in (``claimed_by``: their columns holding the claim's ``returning`` values, in order; an
+    idempotency key with its client's id, so that the keys of several clients go in one
+    statement); returns the primary keys of the rows inserted. ``claims`` is (model, rows,
+    conflict_fields, returning).
 
     On PostgreSQL one statement (the claims' INSERT a data-modifying CTE the rows' INSERT reads),
     so outside a transaction it is one round trip and one commit, atomic as any statement: an
@@ -103,13 +113,14 @@ def insert_claimed(
     if connection.vendor != "postgresql":
         with transaction.atomic():
             taken = insert_rows_or_nothing(claim_model, claim_rows, conflict_fields=conflict_fields, returning=returning)
-            kept = [row for row in rows if row[claimed_by] in taken]
+            kept = [row for row in rows if tuple(row[column] for column in claimed_by) in taken]
             return insert_rows_or_nothing(model, kept, conflict_fields=(), returning=str(pk.column))
     claim_insert, claim_params = _insert_select(claim_model, claim_rows)
     insert, params = _insert_select(model, rows)
     sql = (
-        f"WITH claimed AS ({claim_insert} {_on_conflict(conflict_fields)} DO NOTHING RETURNING {quote(returning)}) "
-        f"{insert} WHERE u.{quote(claimed_by)} IN (SELECT {quote(returning)} FROM claimed) RETURNING {quote(pk.column)}"
+        f"WITH claimed AS ({claim_insert} {_on_conflict(conflict_fields)} DO NOTHING RETURNING {_columns(returning)}) "
+        f"{insert} WHERE ({_columns(claimed_by, table='u.')}) IN (SELECT {_columns(returning)} FROM claimed) "
+        f"RETURNING {quote(pk.column)}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*claim_params, *params])

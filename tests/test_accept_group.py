@@ -12,7 +12,7 @@ import io
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
@@ -35,33 +35,44 @@ pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/api/v1/notifications"
 
 
-@pytest.fixture
-def groups(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[int], Callable[[int], None]]]:
-    """The sizes of the groups written, and ``hold(n)``: the next group of one waits until ``n``
-    accepts are queued behind it, so those ``n`` are written together."""
+def held_in_turn(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, waiting: Callable[[], int]
+) -> tuple[list[int], Callable[[int], None]]:
+    """Wrap ``module.name`` (called with a list: a group, a write's groups) to record each list's
+    size; ``hold(n)``: the next call with a list of one waits until ``waiting()`` reaches ``n``, so
+    those ``n`` are taken together by the call after it."""
     sizes: list[int] = []
     held: list[int] = []
-    real = accept_group._group_accept
+    real = getattr(module, name)
 
-    def recording(group: list[Any]) -> None:
-        sizes.append(len(group))
-        if held and len(group) == 1:
+    def recording(taken: list[Any]) -> None:
+        sizes.append(len(taken))
+        if held and len(taken) == 1:
             wanted = held.pop()
-            wait_until(lambda: accept_group.groups.waiting >= wanted, timeout=10, message=f"{wanted} accepts queued")
-        real(group)
+            wait_until(lambda: waiting() >= wanted, timeout=10, message=f"{wanted} queued")
+        real(taken)
 
-    monkeypatch.setattr(accept_group, "_group_accept", recording)
-    yield sizes, held.append
+    monkeypatch.setattr(module, name, recording)
+    return sizes, held.append
 
 
-def post_together(token: str, bodies: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    """POST each (key, body) from its own thread, all at once; the responses in order."""
+@pytest.fixture
+def groups(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], Callable[[int], None]]:
+    """The sizes of the groups written, and ``hold(n)``: the next group of one waits until ``n``
+    accepts are queued behind it, so those ``n`` are written together."""
+    return held_in_turn(monkeypatch, accept_group, "_group_accept", lambda: accept_group.groups.waiting)
+
+
+def post_together(token: str | list[str], bodies: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """POST each (key, body) from its own thread, all at once, as the client of ``token`` (or of
+    the token in the same place of a list); the responses in order."""
     responses: list[Any] = [None] * len(bodies)
     start = threading.Barrier(len(bodies))
+    tokens = [token] * len(bodies) if isinstance(token, str) else token
 
     def send(index: int) -> None:
         api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {tokens[index]}")
         key, body = bodies[index]
         headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
         start.wait()

@@ -87,27 +87,49 @@ def notification_accept(
     body) even when this request could no longer be accepted (say its recipient was deleted since).
     """
     key = idempotency_key or str(uuid.uuid4())
+    draft = accept_draft(client=client, request=request, idempotency_key=key, fingerprint=fingerprint)
+    if isinstance(draft, AcceptResult):
+        return draft
+    return accept_write(draft=draft, request=request, key=key, fingerprint=fingerprint)
+
+
+@dataclass(frozen=True)
+class AcceptDraft:
+    """An accept's notification built and not yet written: its cap slot taken (given back if it is
+    not written), its enqueued state set (the publish delay), and the answer it is written with."""
+
+    notification: Notification
+    cap_slot: CapSlot
+    delay_seconds: float
+    body: dict[str, Any]
+
+
+def accept_draft(
+    *, client: ApiClient, request: NotificationRequest, idempotency_key: str, fingerprint: str
+) -> AcceptDraft | AcceptResult:
+    """The notification the request asks for, built (steps 1-5: notification_build), marked a
+    digest member, its cap slot taken, in its enqueued state; or, when it cannot be built, the
+    stored answer of its key if there is one (say its recipient was deleted since the first request)."""
     try:
-        notification = notification_build(client=client, request=digest_member_request(request), idempotency_key=key)
+        notification = notification_build(client=client, request=digest_member_request(request), idempotency_key=idempotency_key)
     except ValidationFailed:
-        replay = idempotency_replay(client=client, key=key, fingerprint=fingerprint, now=timezone.now())
+        replay = idempotency_replay(client=client, key=idempotency_key, fingerprint=fingerprint, now=timezone.now())
         if replay is not None:
             return replay
         raise
     digest_member_mark(notification=notification, request=request)
     cap_slot = recipient_cap_take(notification=notification)  # may suppress it (throttled)
-    return accept_write(notification=notification, request=request, key=key, fingerprint=fingerprint, cap_slot=cap_slot)
+    delay_seconds = notification_enqueued_state(notification, now=notification.created_at)
+    body = {"id": str(notification.id), "status": notification.status, "idempotency_key": idempotency_key}
+    return AcceptDraft(notification=notification, cap_slot=cap_slot, delay_seconds=delay_seconds, body=body)
 
 
-def accept_write(
-    *, notification: Notification, request: NotificationRequest, key: str, fingerprint: str, cap_slot: CapSlot
-) -> AcceptResult:
+def accept_write(*, draft: AcceptDraft, request: NotificationRequest, key: str, fingerprint: str) -> AcceptResult:
     """The accept's one write transaction: the key with its final answer, the digest membership
     and the notification already in its enqueued state; its publish (or its suppressed event)
     after the commit. A key already taken replays its answer and gives the cap slot back."""
+    notification, cap_slot, delay_seconds, body = draft.notification, draft.cap_slot, draft.delay_seconds, draft.body
     now = notification.created_at
-    delay_seconds = notification_enqueued_state(notification, now=now)
-    body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
     try:
         with transaction.atomic():
             if not idempotency_claim(client=notification.client, key=key, fingerprint=fingerprint, body=body, now=now):

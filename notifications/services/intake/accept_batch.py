@@ -9,22 +9,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from ... import metrics, tracing
 from ...conf import get_config
 from ...errors import NotificationError
 from ...logging import request_id_var
-from ...models import ApiClient, IdempotencyKey, Notification, Status, StatusEventType
-from ...sql import insert_claimed, model_rows
+from ...models import ApiClient, IdempotencyKey, Notification, Status
 from ..digests.join import digest_refused_in_batch
 from ..policy.caps import CapSlot, recipient_cap_take
 from ..policy.template_budget import render_pool
 from ..records.outbox import notification_enqueued_state, notifications_publish
-from ..records.status_events import status_event_record
 from .accept import NotificationRequest, accept_lookups, notification_accept, notification_build
 from .idempotency import AcceptResult, idempotency_answer, idempotency_key_row
+from .shared_write import GroupRows, accept_rows_insert, shared_writes
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ def _accept_batch(*, client: ApiClient, items: list[BatchItem], results: list[Ac
             delay = notification_enqueued_state(notification, now=notification.created_at)
             body = {"id": str(notification.id), "status": notification.status, "idempotency_key": key}
             built.append((index, notification, body, delay))
-        taken = _insert(client=client, items=items, built=built, now=now)
+        taken = _insert(client=client, items=items, built=built, now=now, carriers=carriers)
     finally:  # what was not written (a taken key, a build or the write failing) gives its cap slot back
         for notification_id, slot in cap_slots.items():
             if notification_id not in taken:
@@ -102,9 +100,8 @@ def _accept_batch(*, client: ApiClient, items: list[BatchItem], results: list[Ac
             results[index] = AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))
     for notification in (n for _, n, _, _ in built if n.id in taken and n.status == Status.SUPPRESSED):
         metrics.record_suppressed(channel=notification.channel, reason=notification.suppressed_reason, mode=client.mode)
-    notifications_publish(
-        pending=[(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None], carriers=carriers
-    )
+    if carriers is None:  # a group commit's were published with its write
+        notifications_publish(pending=[(n, d) for _, n, _, d in built if n.id in taken and n.enqueued_at is not None])
     _answer_taken_keys(client=client, items=items, results=results, first_of_key=first_of_key, now=now)
 
 
@@ -122,33 +119,29 @@ def _origin_attached(item: BatchItem) -> Iterator[None]:
 
 
 def _insert(
-    *, client: ApiClient, items: list[BatchItem], built: list[tuple[int, Notification, dict[str, Any], float]], now: Any
+    *,
+    client: ApiClient,
+    items: list[BatchItem],
+    built: list[tuple[int, Notification, dict[str, Any], float]],
+    now: Any,
+    carriers: dict[str, dict[str, str]] | None,
 ) -> set[Any]:
     """Insert the keys (ON CONFLICT DO NOTHING) and the notifications whose keys went in; returns
     the ids of the notifications written. One statement, in a transaction only when suppressed
-    notifications bring their status events along."""
+    notifications bring their status events along. A group commit's (``carriers``: its items came
+    from separate requests) is written, and published, with the other groups of the process
+    writing at the same moment (shared_write.py); one request's batch on its own."""
     if not built:
         return set()
-    # In key order: two processes' groups claiming overlapping keys take their index locks in the
-    # same order, so they wait for each other instead of deadlocking.
-    built = sorted(built, key=lambda entry: entry[1].idempotency_key)
     keys = [
         idempotency_key_row(
             client=client, key=notification.idempotency_key, fingerprint=items[index].fingerprint, body=body, now=now
         )
         for index, notification, body, _ in built
     ]
-    notifications = [notification for _, notification, _, _ in built]
-    suppressed = [n for n in notifications if n.status == Status.SUPPRESSED]
-    with transaction.atomic() if suppressed else contextlib.nullcontext():
-        written = insert_claimed(
-            (IdempotencyKey, keys, ("client_id", "key"), "key"),
-            Notification,
-            model_rows(notifications),
-            claimed_by="idempotency_key",
-        )
-        status_event_record(notifications=[n for n in suppressed if n.id in written], event_type=StatusEventType.SUPPRESSED)
-    return written
+    if carriers is not None:
+        return shared_writes.write(GroupRows(keys=keys, pending=[(n, delay) for _, n, _, delay in built], carriers=carriers))
+    return accept_rows_insert(keys=keys, notifications=[notification for _, notification, _, _ in built])
 
 
 def _answer_taken_keys(

@@ -44,6 +44,7 @@ from ...models import ApiClient
 from .accept import NotificationRequest, notification_accept
 from .accept_batch import BatchItem, notification_accept_batch_into
 from .idempotency import AcceptResult
+from .shared_write import notification_accept_shared
 
 logger = logging.getLogger("notifications.services")
 
@@ -183,13 +184,17 @@ def _group_accept(group: list[_Waiting]) -> None:
     """Answer each request of the group (one client's): alone when it is the only one, else as one
     batch whose answers are handed over as the batch settles them."""
     if len(group) == 1:
-        # The leader alone (a group's first is its leader): accepted exactly as without a group,
-        # but while it still leads, so the requests arriving meanwhile gather into the next group.
-        # Were the lead passed on first, each of them would find no leader, lead a group of one
-        # in turn, and under load the groups would never form again.
+        # The leader alone (a group's first is its leader, in its own thread): accepted as without
+        # a group, its write shared with the other clients' groups writing at the same moment
+        # (shared_write.py), and while it still leads, so the requests arriving meanwhile gather
+        # into the next group. Were the lead passed on first, each of them would find no leader,
+        # lead a group of one in turn, and under load the groups would never form again.
         only = group[0]
+        item = only.item
         try:
-            only.answer = _accept_alone(only)
+            only.answer = notification_accept_shared(
+                client=only.client, request=item.request, idempotency_key=item.idempotency_key, fingerprint=item.fingerprint
+            )
         except NotificationError as exc:
             only.answer = exc
         except Exception as exc:  # the database down, say: raised in its own request, as without a group

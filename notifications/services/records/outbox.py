@@ -29,23 +29,37 @@ def delivery_message_send(
     actors). Ids sent together travel together: DELIVERY_BATCH_SIZE to a message, so a worker
     claims and records them in one statement each; several messages go in one AMQP transaction.
     With ``carriers`` (id -> trace context) the ids came from separate requests (a group commit):
-    a message carries each id's request's trace (tracing.TRACES_OPTION) and none of its own."""
+    a message carries each id's request's trace (tracing.TRACES_OPTION) and none of its own, and
+    a message of one id its request's trace as its own."""
     broker = dramatiq.get_broker()
-    size = get_config().delivery_batch_size
-    messages = [
-        delivery_message(notification_ids=notification_ids[start : start + size], priority=priority)
-        for start in range(0, len(notification_ids), size)
-    ]
-    if carriers is not None:
-        for message in messages:
-            message.options[tracing.TRACE_OPTION] = {}  # not the leader's: before_enqueue would add it
-            message.options[tracing.TRACES_OPTION] = {pk: carriers[pk] for pk in message.args}
+    messages = delivery_messages(notification_ids=notification_ids, priority=priority, carriers=carriers)
     delay_ms = int(delay_seconds * 1000) or None
     if len(messages) > 1 and delay_ms is None:
         messages_publish(broker, messages)
         return
     for message in messages:
         broker.enqueue(message, delay=delay_ms)
+
+
+def delivery_messages(
+    *, notification_ids: list[str], priority: str, carriers: Mapping[str, Any] | None = None
+) -> list[dramatiq.Message[Any]]:
+    """The delivery messages of ``notification_ids`` (DELIVERY_BATCH_SIZE to a message), each
+    carrying the trace of the request its ids came from (``carriers``; delivery_message_send)."""
+    size = get_config().delivery_batch_size
+    messages = [
+        delivery_message(notification_ids=notification_ids[start : start + size], priority=priority)
+        for start in range(0, len(notification_ids), size)
+    ]
+    if carriers is None:
+        return messages
+    for message in messages:
+        if len(message.args) == 1:  # one request's: in its trace, as that request's own publish would be
+            message.options[tracing.TRACE_OPTION] = carriers[message.args[0]]
+            continue
+        message.options[tracing.TRACE_OPTION] = {}  # not the publisher's: before_enqueue would add it
+        message.options[tracing.TRACES_OPTION] = {pk: carriers[pk] for pk in message.args}
+    return messages
 
 
 def delivery_message(*, notification_ids: list[str], priority: str) -> dramatiq.Message[Any]:
