@@ -34,8 +34,8 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = ROOT / "docs" / "admin-dlq.png"
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
+@pytest.fixture(name="browser")
+def browser_fixture() -> Iterator[Browser]:
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: scripts/browser.sh installs Debian's chromium"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(

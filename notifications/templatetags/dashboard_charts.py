@@ -198,7 +198,7 @@ def failure_chart(reasons: list[FailureReason], links: ListLinks) -> SafeString:
 def latency_chart(latency: Latency, links: ListLinks) -> SafeString:
     """The accept-to-delivered histogram, with the bucket of the p95 marked."""
     p95 = latency.percentile(0.95)
-    slot, height = 44, 110
+    slot, height = 64, 110
     width = slot * len(latency.buckets) + 8
     most = max((count for _, count in latency.buckets), default=1)
     href = links.notifications(status=COUNTED[0])
