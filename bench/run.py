@@ -14,6 +14,7 @@ ratio (the VM is small, shared and noisy):
 9. the noisy neighbour: B's single webhooks during A's 6,000-subscriber broadcast, and alone   bench/noisy.py
 10. the in-app inbox: 2,000 live streams on one ASGI process at 100 notifications/s   bench/inbox.py
 11. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+12. the admin dashboard's p95 at 1M notifications, against indexed queries        bench/dashboard.py
 
 The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
 afterwards; every process it starts is stopped when its part ends, whatever happened.
@@ -36,7 +37,7 @@ from bench import machine, report  # noqa: E402
 from bench.harness import LOG_DIR, ROOT, bench_resources, log, require_tool, setup_django  # noqa: E402
 from bench.profiling import py_spy  # noqa: E402
 
-PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast", "noisy", "inbox")
+PARTS = ("drain", "rate-limit", "accept", "email", "e2e", "scale", "broadcast", "noisy", "inbox", "dashboard")
 
 
 def options() -> argparse.Namespace:
@@ -52,6 +53,7 @@ def options() -> argparse.Namespace:
     add("--e2e-rate", type=float, default=None, help="Requests/s of the end-to-end load (default: half the accept rate).")
     add("--rows", type=int, default=1_000_000, help="Notifications in the table for the list pages.")
     add("--page-requests", type=int, default=20, help="Timed requests of each list page.")
+    add("--dashboard-requests", type=int, default=50, help="Timed requests of each dashboard window.")
     add("--limit", type=int, default=50, help="Email sends per second for the rate-limit accuracy run.")
     add("--backlog", type=int, default=600, help="Notifications queued for the rate-limit accuracy run.")
     add("--subscribers", default="10000,100000", help="Comma-separated broadcast sizes whose fan-out is timed.")
@@ -103,7 +105,11 @@ def preflight(args: argparse.Namespace, parts: set[str]) -> None:
         raise SystemExit("bench: the end-to-end part runs at half the accept rate: run the accept part too, or give --e2e-rate")
     if parts & {"accept", "e2e", "scale"} or args.profile:
         require_tool("wrk", "run `make bench` (bench/wrk.sh installs it) or `apt-get install wrk`")
-    for module, needed in (("post_office", "email" in parts), ("aiosmtpd", "email" in parts), ("requests", "scale" in parts)):
+    for module, needed in (
+        ("post_office", "email" in parts),
+        ("aiosmtpd", "email" in parts),
+        ("requests", bool(parts & {"scale", "dashboard"})),
+    ):
         if needed and importlib.util.find_spec(module) is None:
             raise SystemExit(f"bench: the Python package {module!r} is missing; `make install` installs the dev dependencies")
     if args.profile:
@@ -123,6 +129,7 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
     from bench import (
         accept_http,
         broadcast,
+        dashboard,
         drain,
         end_to_end,
         list_scale,
@@ -184,6 +191,8 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
         from bench import inbox
 
         extra += ["", *inbox.inbox_streams().lines(), "", *inbox.front_comparison(duration=args.duration)]
+    if "dashboard" in parts:
+        extra += ["", *dashboard.section(dashboard.dashboard_bench(rows=args.rows, requests=args.dashboard_requests))]
     return extra
 
 
