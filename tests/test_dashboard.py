@@ -153,10 +153,8 @@ def test_the_rebuild_command_counts_the_notifications_stored_before_the_counters
 
 def dashboard_links(page: str) -> list[tuple[str, str]]:
     """Every bar's link and label in the page's SVG charts."""
-    return [
-        (html.unescape(href), html.unescape(label))
-        for href, label in re.findall(r'<a href="([^"]+)" aria-label="([^"]+)"><rect', page)
-    ]
+    bars = re.findall(r'<a href="([^"]+)"><title>([^<]+)</title><rect', page)
+    return [(html.unescape(href), html.unescape(label)) for href, label in bars]
 
 
 def listed(browser: Client, href: str) -> int:
@@ -203,3 +201,14 @@ def test_the_dashboard_reads_a_bounded_number_of_queries_whatever_the_rows(smtp_
         page = support.get("/admin/?window=7d").content.decode()
     assert len(many.captured_queries) == len(few.captured_queries)
     assert re.search(r'data-status="cancelled">5<', page)
+
+
+def test_the_purge_deletes_the_counters_of_the_hours_it_purges() -> None:
+    now = timezone.now()
+    for age in (timedelta(days=31), timedelta(days=29)):
+        OutcomeCount.objects.create(hour=hour_of(now - age), channel="email", status=Status.DELIVERED, count=5)
+
+    report = services.notification_purge(older_than=timedelta(days=30), now=now)
+
+    assert report.outcome_counts == 1
+    assert list(OutcomeCount.objects.values_list("hour", flat=True)) == [hour_of(now - timedelta(days=29))]

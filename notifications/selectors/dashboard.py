@@ -140,8 +140,9 @@ def _status_counts(channels: list[ChannelSeries], *, since: datetime) -> dict[st
     cancelled, suppressed, digested: a small share of a window) from the notifications' index."""
     counts = {str(status): 0 for status in Status}
     others = [status for status in Status if status not in COUNTED]
+    # COUNT(*), not COUNT(id): an index-only scan of (status, created_at) answers it, not the heap.
     rows = (
-        Notification.objects.filter(created_at__gte=since, status__in=others).values("status").annotate(n=Count("pk")).order_by()
+        Notification.objects.filter(created_at__gte=since, status__in=others).values("status").annotate(n=Count("*")).order_by()
     )
     for row in rows:
         counts[row["status"]] = row["n"]

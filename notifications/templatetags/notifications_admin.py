@@ -28,6 +28,7 @@ def dashboard(context: template.Context) -> dict[str, Any]:
     title, hours = WINDOWS[window]
     board = selectors.dashboard(hours=hours)
     links = charts.ListLinks(since=board.since)
+    axis = charts.HourAxis.of(board.hours)
     circuits = provider_circuits_open()  # open or half-open: their sends go to the next account
     return {
         "board": board,
@@ -39,7 +40,7 @@ def dashboard(context: template.Context) -> dict[str, Any]:
         "channel_charts": [
             {
                 "channel": series.channel,
-                "chart": charts.channel_chart(series, board.hours, links),
+                "chart": charts.channel_chart(series, axis, links),
                 "legend": [
                     (status, series.total(status), links.notifications(status=status, channel=series.channel))
                     for status in COUNTED
