@@ -152,14 +152,15 @@ def _status_counts(channels: list[ChannelSeries], *, since: datetime) -> dict[st
 
 
 def _channel_series(counters: QuerySet[OutcomeCount], window: list[datetime]) -> list[ChannelSeries]:
+    # Aware datetimes compare and hash by their instant: the database's UTC hours find the window's.
     position = {hour: index for index, hour in enumerate(window)}
     series: dict[str, dict[str, list[int]]] = {}
     rows = counters.values("hour", "channel", "status").annotate(n=Sum("count")).order_by()
-    for row in rows:
-        counts = series.setdefault(row["channel"], {status: [0] * len(window) for status in COUNTED})
-        index = position.get(hour_of(row["hour"]))
-        if index is not None and row["status"] in counts:
-            counts[row["status"]][index] += row["n"]
+    for hour, channel, status, count in rows.values_list("hour", "channel", "status", "n"):
+        counts = series.setdefault(channel, {counted: [0] * len(window) for counted in COUNTED})
+        index = position.get(hour)
+        if index is not None and status in counts:
+            counts[status][index] += count
     return [ChannelSeries(channel, counts) for channel, counts in sorted(series.items()) if any(map(sum, counts.values()))]
 
 
