@@ -48,7 +48,7 @@ class OutcomeCount(models.Model):
     """How many notifications accepted in ``hour`` are now ``status`` (delivered, failed or dead),
     by channel, the provider account of the attempt that ended them, the failure's reason and, for
     a delivery, its accept-to-delivered bucket. Added to in the transaction that records each
-    outcome and taken from when a retry sends a failed one again (services/outcome_counts.py), so
+    outcome and taken from when a retry sends a failed one again (services/records/outcome_counts.py), so
     the dashboard sums a few thousand rows where a query of the notifications would read millions."""
 
     hour = models.DateTimeField(help_text="The notifications' created_at, to the hour (UTC).")

@@ -84,7 +84,7 @@ def outcome_counts_take_for_retry(notification_id: Any) -> None:
     )
     if ended is None:
         return
-    # The account of the attempt that ended it, as it was counted (services/outcomes.py).
+    # The account of the attempt that ended it, as it was counted (services/delivery/outcomes.py).
     account = (
         DeliveryAttempt.objects.filter(notification_id=notification_id)
         .order_by("-number")
