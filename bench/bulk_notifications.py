@@ -3,8 +3,8 @@
 One ``INSERT ... SELECT`` over ``generate_series``: 3 clients (50/30/20%), user ids skewed (the
 square of a uniform draw over 100,000 users, so a few users have thousands of rows and most a
 handful), channels email 70% / sms 15% / push 10% / webhook 5%, statuses mostly delivered (failed
-2%, dead 0.5%, ...), created_at spread over the last 30 days (the default retention) in insertion
-order, as real rows arrive. Columns the generator does not know take their model default, so a
+2%, dead 0.5%, ...), created_at spread over the last 30 days (the default retention; ``days``) in
+insertion order, as real rows arrive; a failed or dead one has one of four failure reasons. Columns the generator does not know take their model default, so a
 column added to the model needs no change here. Loaded as a bulk load is: the table's indexes
 dropped and built again after the insert, then ``VACUUM (ANALYZE)`` as autovacuum would have.
 """
@@ -35,7 +35,10 @@ def _case(shares: list[tuple[str, float]], draw: str, allowed: set[str]) -> str:
     return f"CASE {whens} ELSE '{kept[-1][0]}' END"
 
 
-def generate(rows: int) -> dict[str, Any]:
+FAILURE_REASONS = ("permanent SMTP 550", "rejected HTTP 400", "timeout", "connection_error")
+
+
+def generate(rows: int, *, days: int = 30) -> dict[str, Any]:
     """Fill the notifications table with ``rows`` generated rows; returns facts the pages use."""
     from django.db import connection, transaction
 
@@ -66,6 +69,10 @@ def generate(rows: int) -> dict[str, Any]:
         "message": "'Hello, your order ' || g.i || ' has shipped and arrives on Tuesday.'",
         "priority": "CASE WHEN g.r_time < 0.8 THEN 'high' ELSE 'bulk' END",
         "last_error": "CASE WHEN g.status IN ('failed', 'dead') THEN 'SMTP 550: mailbox unavailable' ELSE '' END",
+        "failure_reason": (
+            f"CASE WHEN g.status IN ('failed', 'dead') THEN (ARRAY{list(FAILURE_REASONS)!r})[1 + floor(g.r_time * 4)::int] "
+            "ELSE '' END"
+        ),
         "provider_message_id": "CASE WHEN g.status = 'delivered' THEN 'gen-' || g.i ELSE '' END",
         "trace_id": "md5(g.i::text)",
         "idempotency_key": "'gen-' || g.i",
@@ -92,7 +99,7 @@ def generate(rows: int) -> dict[str, Any]:
             SELECT s.i, s.r_client, s.r_time, s.user_number, 'user-' || s.user_number AS user_id,
                 {_case(CHANNEL_SHARES, "s.r_channel", {str(c) for c in Channel.values})} AS channel,
                 {_case(STATUS_SHARES, "s.r_status", statuses)} AS status,
-                now() - interval '30 days' * (1 - s.i::float / %s) AS created_at
+                now() - interval '{int(days)} days' * (1 - s.i::float / %s) AS created_at
             FROM (
                 SELECT i, random() AS r_client, random() AS r_channel, random() AS r_status, random() AS r_time,
                     floor(power(random(), 2) * {USERS})::int AS user_number

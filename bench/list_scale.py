@@ -85,10 +85,10 @@ def _superuser() -> tuple[str, str]:
     return "bench", password
 
 
-def _admin_session(url: str) -> Any:
+def _admin_session(url: str, credentials: tuple[str, str] | None = None) -> Any:
     import requests
 
-    username, password = _superuser()
+    username, password = credentials or _superuser()
     session = requests.Session()
     login = f"{url}/admin/login/"
     form = session.get(login, timeout=10)

@@ -15,7 +15,8 @@ ratio (the VM is small, shared and noisy):
 10. the in-app inbox: 2,000 live streams on one ASGI process at 100 notifications/s   bench/inbox.py
 11. issue #23: drain of a mixed HTTP backlog, 16 clients in turn, latency with the group commit on
     and off   bench/mixed_backlog.py, clients_accept.py, group_latency.py
-12. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+12. the admin dashboard's p95 at 1M notifications, against indexed queries        bench/dashboard.py
+13. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
 
 The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
 afterwards; every process it starts is stopped when its part ends, whatever happened.
@@ -51,6 +52,7 @@ PARTS = (
     "clients",
     "group-latency",
     "inbox",
+    "dashboard",
 )
 
 
@@ -67,6 +69,7 @@ def options() -> argparse.Namespace:
     add("--e2e-rate", type=float, default=None, help="Requests/s of the end-to-end load (default: half the accept rate).")
     add("--rows", type=int, default=1_000_000, help="Notifications in the table for the list pages.")
     add("--page-requests", type=int, default=20, help="Timed requests of each list page.")
+    add("--dashboard-requests", type=int, default=50, help="Timed requests of each dashboard window.")
     add("--limit", type=int, default=50, help="Email sends per second for the rate-limit accuracy run.")
     add("--backlog", type=int, default=600, help="Notifications queued for the rate-limit accuracy run.")
     add("--subscribers", default="10000,100000", help="Comma-separated broadcast sizes whose fan-out is timed.")
@@ -119,7 +122,11 @@ def preflight(args: argparse.Namespace, parts: set[str]) -> None:
         raise SystemExit("bench: the end-to-end part runs at half the accept rate: run the accept part too, or give --e2e-rate")
     if parts & {"accept", "e2e", "scale", "clients"} or args.profile:
         require_tool("wrk", "run `make bench` (bench/wrk.sh installs it) or `apt-get install wrk`")
-    for module, needed in (("post_office", "email" in parts), ("aiosmtpd", "email" in parts), ("requests", "scale" in parts)):
+    for module, needed in (
+        ("post_office", "email" in parts),
+        ("aiosmtpd", "email" in parts),
+        ("requests", bool(parts & {"scale", "dashboard"})),
+    ):
         if needed and importlib.util.find_spec(module) is None:
             raise SystemExit(f"bench: the Python package {module!r} is missing; `make install` installs the dev dependencies")
     if args.profile:
@@ -140,6 +147,7 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
         accept_http,
         broadcast,
         clients_accept,
+        dashboard,
         drain,
         end_to_end,
         group_latency,
@@ -213,6 +221,8 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
         from bench import inbox
 
         extra += ["", *inbox.inbox_streams().lines(), "", *inbox.front_comparison(duration=args.duration)]
+    if "dashboard" in parts:
+        extra += ["", *dashboard.section(dashboard.dashboard_bench(rows=args.rows, requests=args.dashboard_requests))]
     return extra
 
 

@@ -7,6 +7,7 @@ import functools
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -232,19 +233,76 @@ def _row_readers(model: type[models.Model]) -> list[tuple[str, str, Any]]:
     return readers
 
 
+@dataclass(frozen=True)
+class CountInto:
+    """Counters that go up by one for each row an ``update_rows`` changes: ``keys`` gives each row's
+    (by primary key) counter, as the values of ``model``'s fields ``key_fields``."""
+
+    model: type[models.Model]
+    key_fields: tuple[str, ...]
+    keys: dict[Any, tuple[Any, ...]]
+    counter: str = "count"
+
+
+def counts_add(
+    model: type[models.Model], counts: dict[tuple[Any, ...], int], *, key_fields: tuple[str, ...], counter: str = "count"
+) -> None:
+    """Add each of ``counts`` (by key: the values of ``key_fields``, which a unique index covers)
+    to its counter row, making the missing rows, in one ``INSERT ... ON CONFLICT DO UPDATE``; in
+    key order, so two transactions adding to the same rows take their locks in the same order."""
+    counts = {key: delta for key, delta in counts.items() if delta}
+    if not counts:
+        return
+    fields: list[Any] = [model._meta.get_field(name) for name in key_fields]
+    insert, conflict = _counter_upsert(model, key_fields, counter)
+    marks = "(" + ", ".join(["%s"] * (len(fields) + 1)) + ")"
+    params: list[Any] = []
+    for key in sorted(counts, key=_sortable):
+        params.extend(field.get_db_prep_save(value, connection) for field, value in zip(fields, key, strict=True))
+        params.append(counts[key])
+    with connection.cursor() as cursor:
+        cursor.execute(f"{insert} VALUES {', '.join([marks] * len(counts))} {conflict}", params)
+
+
+def _sortable(key: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(str(value) for value in key)
+
+
+def _counter_upsert(model: type[models.Model], key_fields: tuple[str, ...], counter: str) -> tuple[str, str]:
+    """The ``INSERT INTO table (keys, counter)`` and ``ON CONFLICT ... DO UPDATE`` of a counter upsert."""
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+
+    def column(name: str) -> str:
+        field: Any = model._meta.get_field(name)
+        return quote(str(field.column))
+
+    columns = ", ".join(column(name) for name in key_fields)
+    total = column(counter)
+    return (
+        f"INSERT INTO {table} ({columns}, {total})",
+        f"ON CONFLICT ({columns}) DO UPDATE SET {total} = {table}.{total} + EXCLUDED.{total}",
+    )
+
+
 def update_rows(
     model: type[models.Model],
     rows: dict[Any, dict[str, Any]],
     *,
     same: dict[str, Any],
     where: dict[str, Any] | None = None,
+    count_into: CountInto | None = None,
 ) -> set[Any]:
     """``UPDATE ... FROM (VALUES ...)``: each row (by primary key) its own values of the fields in
     ``rows``, every row the values in ``same``, only where the fields in ``where`` still have
     those values; returns the primary keys updated (``RETURNING``). One statement for a batch,
     where ``bulk_update`` builds a CASE per field from an ORM expression per row (most of a
     worker's time recording a batch). PostgreSQL and SQLite (3.33+) alike; VALUES' columns are
-    ``column1``... on both."""
+    ``column1``... on both.
+
+    ``count_into``: counters of the rows it changes, added to in the same statement on PostgreSQL
+    (the UPDATE a data-modifying CTE that the counters' upsert reads), so counting costs no round
+    trip; elsewhere (SQLite, no UPDATE in a WITH) a second statement."""
     if not rows:
         return set()
     meta, quote = model._meta, connection.ops.quote_name
@@ -259,11 +317,19 @@ def update_rows(
         # PostgreSQL types VALUES' columns from their first row; SQLite needs (and wants) no cast.
         return f"CAST(%s AS {field.db_type(connection)})" if connection.vendor == "postgresql" else "%s"
 
-    row_marks = "(" + ", ".join(mark(field) for field in [pk, *map(field_of, varying)]) + ")"
+    in_statement = count_into is not None and connection.vendor == "postgresql"
+    key_fields: list[Any] = (
+        [count_into.model._meta.get_field(name) for name in count_into.key_fields] if count_into and in_statement else []
+    )
+    row_marks = "(" + ", ".join(mark(field) for field in [pk, *map(field_of, varying), *key_fields]) + ")"
     params: list[Any] = []
     for key, values in rows.items():
         params.append(pk.get_db_prep_save(key, connection))
         params.extend(field_of(name).get_db_prep_save(values[name], connection) for name in varying)
+        if count_into and in_statement:
+            params.extend(
+                field.get_db_prep_save(value, connection) for field, value in zip(key_fields, count_into.keys[key], strict=True)
+            )
     assignments = [f"{quote(field_of(name).column)} = v.column{index + 2}" for index, name in enumerate(varying)]
     same_params = []
     for name, value in same.items():
@@ -273,11 +339,30 @@ def update_rows(
     for name, value in (where or {}).items():
         conditions.append(f"{table}.{quote(field_of(name).column)} = %s")
         where_params.append(field_of(name).get_db_prep_save(value, connection))
+    first_key = len(varying) + 2
+    returning = f"{table}.{quote(pk.column)} AS pk" + "".join(
+        f", v.column{first_key + i} AS k{i}" for i in range(len(key_fields))
+    )
     sql = (
         f"UPDATE {table} SET {', '.join(assignments)} "
         f"FROM (VALUES {', '.join([row_marks] * len(rows))}) AS v "
-        f"WHERE {' AND '.join(conditions)} RETURNING {table}.{quote(pk.column)}"
+        f"WHERE {' AND '.join(conditions)} RETURNING {returning}"
     )
+    if count_into and in_statement:
+        insert, conflict = _counter_upsert(count_into.model, count_into.key_fields, count_into.counter)
+        keys = ", ".join(f"k{i}" for i in range(len(key_fields)))
+        sql = (
+            f"WITH changed AS ({sql}), counted AS ({insert} SELECT {keys}, count(*) FROM changed "
+            f"GROUP BY {keys} ORDER BY {keys} {conflict}) SELECT pk FROM changed"
+        )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*same_params, *params, *where_params])
-        return returned_values(pk, cursor.fetchall())
+        changed = returned_values(pk, cursor.fetchall())
+    if count_into and not in_statement:
+        by_text = {str(key): counter for key, counter in count_into.keys.items()}
+        counts: dict[tuple[Any, ...], int] = {}
+        for key in changed:
+            counter = by_text[str(key)]
+            counts[counter] = counts.get(counter, 0) + 1
+        counts_add(count_into.model, counts, key_fields=count_into.key_fields, counter=count_into.counter)
+    return changed

@@ -248,10 +248,13 @@ class _RecordingHandler:
     def __init__(self) -> None:
         self.received: list[ReceivedMail] = []
         self.refused: set[str] = set()
+        self.deferred: set[str] = set()
 
     async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]) -> str:
         if address in self.refused:
             return "550 5.1.1 mailbox unavailable"
+        if address in self.deferred:
+            return "451 4.2.1 mailbox busy, try again later"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
@@ -287,6 +290,13 @@ class LocalSmtpServer:
 
     def refuse(self, address: str) -> None:
         self.handler.refused.add(address)
+
+    def defer(self, address: str, *, until_further_notice: bool = True) -> None:
+        """Answer RCPT for ``address`` with a 451 (a transient refusal) until told otherwise."""
+        if until_further_notice:
+            self.handler.deferred.add(address)
+        else:
+            self.handler.deferred.discard(address)
 
     def stop(self) -> None:
         self.controller.stop()

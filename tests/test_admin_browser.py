@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
-from playwright.sync_api import Browser, ConsoleMessage, Response, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Response, expect, sync_playwright
 
 from notifications.models import ApiClient, DeadLetter, DeadLetterReason, Notification, Resolution, Status
 
@@ -34,8 +34,8 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = ROOT / "docs" / "admin-dlq.png"
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
+@pytest.fixture(name="browser")
+def browser_fixture() -> Iterator[Browser]:
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: scripts/browser.sh installs Debian's chromium"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -45,11 +45,21 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
+def support_page(browser: Browser, live_server: Any, *, viewport: dict[str, int], then: str = "/admin/") -> tuple[Any, Page]:
+    """A support user, and a page of theirs logged in through the login form, then at ``then``."""
+    user = get_user_model().objects.create_user("sam", password="support-pass-1", is_staff=True)
+    user.groups.add(support_group())
+    page = browser.new_page(viewport=viewport)
+    page.goto(f"{live_server.url}/admin/login/?next={then}")
+    page.fill("#id_username", "sam")
+    page.fill("#id_password", "support-pass-1")
+    page.click("input[type=submit]")
+    return user, page
+
+
 def test_support_logs_in_opens_the_dlq_clicks_retry_and_the_notification_is_delivered(
     browser: Browser, live_server: Any, worker: Any, smtp_server: LocalSmtpServer, tmp_path: Path
 ) -> None:
-    user = get_user_model().objects.create_user("sam", password="support-pass-1", is_staff=True)
-    user.groups.add(support_group())
     api_client, _ = make_api_client("shop")
     make_dead_letter(
         api_client,
@@ -61,11 +71,9 @@ def test_support_logs_in_opens_the_dlq_clicks_retry_and_the_notification_is_deli
     dead_letter = make_dead_letter(api_client, last_error="550 5.1.1 mailbox unavailable")
     Notification.objects.filter(pk=dead_letter.notification_id).update(address="ann@example.com")
 
-    page = browser.new_page(viewport={"width": 1900, "height": 600})
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/notifications/deadletter/")
-    page.fill("#id_username", "sam")
-    page.fill("#id_password", "support-pass-1")
-    page.click("input[type=submit]")
+    user, page = support_page(
+        browser, live_server, viewport={"width": 1900, "height": 600}, then="/admin/notifications/deadletter/"
+    )
     expect(page.locator("#result_list")).to_be_visible()
     row = page.locator("#result_list tbody tr", has_text="550 5.1.1 mailbox unavailable")
     expect(row.locator("button.retry-button")).to_be_visible()
@@ -120,8 +128,6 @@ def assert_fits(page: Any, what: str) -> None:
 def test_a_support_agent_at_1280_px_reaches_a_dead_notification_in_two_clicks_retries_it_and_it_is_delivered(
     browser: Browser, live_server: Any, worker: Any, smtp_server: LocalSmtpServer, tmp_path: Path
 ) -> None:
-    user = get_user_model().objects.create_user("sam", password="support-pass-1", is_staff=True)
-    user.groups.add(support_group())
     api_client, _ = make_api_client("shop")
     # Long values everywhere a column could widen the lists.
     long_error = "503 Service Unavailable: the upstream relay at smtp-relay-eu-west-1.mail.example.com " * 3
@@ -142,11 +148,7 @@ def test_a_support_agent_at_1280_px_reaches_a_dead_notification_in_two_clicks_re
     Notification.objects.filter(pk=dead.notification_id).update(address="ann@example.com", last_error="421 4.7.0 try again later")
     folder = Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path
 
-    page = browser.new_page(viewport=NARROW)
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "sam")
-    page.fill("#id_password", "support-pass-1")
-    page.click("input[type=submit]")
+    user, page = support_page(browser, live_server, viewport=NARROW)
     expect(page.locator("#system-health")).to_be_visible()
 
     # Both lists fit, the dead letters' Retry buttons on screen.

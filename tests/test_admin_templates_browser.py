@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import Browser, expect
 
 from .factories import make_template
-from .test_admin_browser import browser  # noqa: F401  (fixture; sets DJANGO_ALLOW_ASYNC_UNSAFE for Playwright)
+from .test_admin_browser import browser_fixture  # noqa: F401  (fixture; sets DJANGO_ALLOW_ASYNC_UNSAFE for Playwright)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from notifications import services
-from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, Status
+from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, OutcomeCount, Status
 
 from .factories import make_api_client, make_recipient
 from .fakes import LocalSmtpServer, smtp_server_fixture  # noqa: F401  (fixture)
@@ -84,9 +84,12 @@ def test_one_delivery_is_two_write_transactions_of_two_statements_each(
         outcome = services.notification_deliver(notification_id=accepted.notification_id)
     assert outcome.outcome == "delivered"
     # The pending check; the claim (UPDATE ... RETURNING, the attempt); the outcome (attempt, row).
+    # The row's UPDATE carries the dashboard's counter in the same statement (WITH changed AS
+    # (UPDATE ...), counted AS (INSERT ... ON CONFLICT DO UPDATE) SELECT ...): no third statement.
     assert statements(queries) == [
-        "SELECT", "BEGIN", "UPDATE", "INSERT", "COMMIT", "BEGIN", "UPDATE", "UPDATE", "COMMIT",
+        "SELECT", "BEGIN", "UPDATE", "INSERT", "COMMIT", "BEGIN", "UPDATE", "WITH", "COMMIT",
     ], queries.captured_queries  # fmt: skip
+    assert list(OutcomeCount.objects.values_list("channel", "status", "count")) == [("email", Status.DELIVERED, 1)]
     assert len(smtp_server.received) == 1
     notification = Notification.objects.get(pk=accepted.notification_id)
     assert (notification.status, notification.attempt_count) == (Status.DELIVERED, 1)

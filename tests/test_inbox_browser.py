@@ -15,7 +15,7 @@ import requests
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
 from .live_servers import embedded_env, embedded_platform, manage
-from .test_admin_browser import RECORD_CSP_VIOLATIONS, browser  # noqa: F401  (fixture)
+from .test_admin_browser import RECORD_CSP_VIOLATIONS, browser_fixture  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.browser]
 

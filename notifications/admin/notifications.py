@@ -20,6 +20,7 @@ from .. import selectors, services
 from ..errors import NotificationError
 from ..models import PENDING_STATUSES, DeadLetter, DeliveryAttempt, Notification, Status
 from .base import LargeTablePaginator, ModeFilter, ReadOnlyAdmin, _as_uuid, _pre, _pretty_json, _report
+from .filters import FailureReasonFilter, ProviderAccountFilter
 
 # A changelist cell says this much of a long text; the page says all of it.
 LIST_TEXT_CHARS = 60
@@ -92,6 +93,8 @@ class NotificationAdmin(ReadOnlyAdmin):
         "client",
         "provider_status",
         "suppressed_reason",
+        FailureReasonFilter,
+        ProviderAccountFilter,
         ("created_at", admin.DateFieldListFilter),
     )
     list_select_related = ("category",)
@@ -116,6 +119,7 @@ class NotificationAdmin(ReadOnlyAdmin):
                 "fields": (
                     "attempts_made",
                     "last_error",
+                    "failure_reason",
                     "provider_message_id",
                     "provider_status",
                     "provider_status_at",
@@ -312,7 +316,7 @@ class NotificationAdmin(ReadOnlyAdmin):
 @admin.register(DeliveryAttempt)
 class DeliveryAttemptAdmin(AttemptDisplay, ReadOnlyAdmin):
     list_display = ("notification", "number", "channel", "account", "outcome", "started", "duration_ms", "error_class")
-    list_filter = ("outcome", "channel")
+    list_filter = ("outcome", "channel", ProviderAccountFilter)
     list_select_related = ("notification",)
     show_full_result_count = False
     readonly_fields = ("notification", *ATTEMPT_FIELDS)

@@ -47,6 +47,7 @@ from .notifications import (
     SuppressedReason,
     sources_of,
 )
+from .outcome_counts import LATENCY_BEYOND_MS, LATENCY_BOUNDS_MS, OUTCOME_COUNT_KEY, OutcomeCount, hour_of, latency_bucket_ms
 from .records import (
     DeadLetter,
     DeadLetterReason,
@@ -87,8 +88,12 @@ __all__ = [
     "IdempotencyKey",
     "LIVE_TOKEN_PREFIX",
     "IdempotencyKeyState",
+    "LATENCY_BEYOND_MS",
+    "LATENCY_BOUNDS_MS",
     "Notification",
     "NotificationTemplate",
+    "OUTCOME_COUNT_KEY",
+    "OutcomeCount",
     "PENDING_STATUSES",
     "PROVIDER_STATUS_RANK",
     "Priority",
@@ -110,6 +115,8 @@ __all__ = [
     "Topic",
     "TopicSubscription",
     "hash_token",
+    "hour_of",
+    "latency_bucket_ms",
     "webhook_secret_generate",
     "sources_of",
 ]

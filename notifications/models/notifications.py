@@ -10,9 +10,10 @@ from django.db import connection, models, transaction
 from django.utils import timezone as django_timezone
 
 from ..errors import InvalidTransition
-from ..sql import update_rows
+from ..sql import CountInto, update_rows
 from .clients import ApiClient
 from .content import Category, Channel
+from .outcome_counts import OUTCOME_COUNT_KEY, OutcomeCount
 
 
 class Priority(models.TextChoices):
@@ -121,6 +122,12 @@ class Notification(models.Model):
     enqueued_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    failure_reason = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="Why it failed or is dead: the error's code (and HTTP status), as the dashboard counts it; blank otherwise.",
+    )
     provider_message_id = models.CharField(max_length=255, blank=True, default="")
     # Blank until the provider reports (services/feedback/provider_feedback.py).
     provider_status = models.CharField(
@@ -310,10 +317,18 @@ class Notification(models.Model):
         return int(released)
 
     @classmethod
-    def deliveries_finish(cls, provider_message_ids: dict[Any, str], *, claimed_at: datetime, delivered_at: datetime) -> set[Any]:
+    def deliveries_finish(
+        cls,
+        provider_message_ids: dict[Any, str],
+        *,
+        claimed_at: datetime,
+        delivered_at: datetime,
+        counted: dict[Any, tuple[Any, ...]] | None = None,
+    ) -> set[Any]:
         """Mark delivered, in one conditional UPDATE, the notifications of ``provider_message_ids``
         (id -> the provider's message id) still in the claim made at ``claimed_at``; returns the
-        ids it marked. One whose claim the sweeper recovered meanwhile keeps its newer state."""
+        ids it marked. One whose claim the sweeper recovered meanwhile keeps its newer state.
+        ``counted``: by id, the OutcomeCount key each one marked adds one to, in the same statement."""
         (source,) = sources_of(Status.DELIVERED)
         return update_rows(
             cls,
@@ -323,8 +338,10 @@ class Notification(models.Model):
                 "delivered_at": delivered_at,
                 "updated_at": django_timezone.now(),
                 "last_error": "",
+                "failure_reason": "",
             },
             where={"status": source, "claimed_at": claimed_at},
+            count_into=CountInto(OutcomeCount, OUTCOME_COUNT_KEY, counted) if counted else None,
         )
 
 

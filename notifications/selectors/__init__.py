@@ -6,15 +6,13 @@ import functools
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypedDict
 
 from django.db import connection, connections, models
-from django.db.models import Count, F, Q, QuerySet, Subquery
+from django.db.models import F, Q, QuerySet, Subquery
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
-from django.utils import timezone
 
 from ..errors import NotFound
 from ..models import (
@@ -26,12 +24,20 @@ from ..models import (
     NotificationTemplate,
     Recipient,
     Resolution,
-    Status,
     Suppression,
     TemplateVariant,
 )
 
 # Re-exported: every read is reached as ``selectors.<name>``, whichever module of this package holds it.
+from .dashboard import AccountRate as AccountRate
+from .dashboard import ChannelSeries as ChannelSeries
+from .dashboard import Dashboard as Dashboard
+from .dashboard import FailureReason as FailureReason
+from .dashboard import Latency as Latency
+from .dashboard import dashboard as dashboard
+from .dashboard import dead_letter_unresolved_count as dead_letter_unresolved_count
+from .dashboard import failure_reasons_recent as failure_reasons_recent
+from .dashboard import provider_accounts_recent as provider_accounts_recent
 from .delivery import PendingDelivery as PendingDelivery
 from .delivery import due_in_turns as due_in_turns
 from .delivery import notification_pending_delivery as notification_pending_delivery
@@ -59,44 +65,10 @@ class NotificationFilters(TypedDict, total=False):
     broadcast: uuid.UUID  # the notifications a broadcast made
 
 
-@dataclass(frozen=True)
-class SystemHealth:
-    since: datetime
-    status_counts: dict[str, int]
-    unresolved_dead_letters: int
-
-    @property
-    def total(self) -> int:
-        return sum(self.status_counts.values())
-
-
-def notification_status_counts(*, since: datetime) -> dict[str, int]:
-    """How many notifications made since ``since`` are in each status (every status listed)."""
-    counts = {status.value: 0 for status in Status}
-    rows = Notification.objects.filter(created_at__gte=since).values("status").annotate(n=Count("pk")).order_by()
-    for row in rows:
-        counts[row["status"]] = row["n"]
-    return counts
-
-
-def dead_letter_unresolved_count() -> int:
-    return DeadLetter.objects.filter(resolution=Resolution.UNRESOLVED).count()
-
-
 def dead_letter_unresolved_of(*, notification_id: Any) -> DeadLetter | None:
     """The notification's newest unresolved dead letter: what its Retry redrives (a failed or dead
     notification has one until it is retried or discarded)."""
     return DeadLetter.objects.filter(notification_id=notification_id, resolution=Resolution.UNRESOLVED).order_by("-pk").first()
-
-
-def system_health(*, hours: int = 24) -> SystemHealth:
-    """The admin index's health at a glance: statuses of the last ``hours`` and the open DLQ."""
-    since = timezone.now() - timedelta(hours=hours)
-    return SystemHealth(
-        since=since,
-        status_counts=notification_status_counts(since=since),
-        unresolved_dead_letters=dead_letter_unresolved_count(),
-    )
 
 
 def notification_get(*, client: ApiClient, notification_id: Any) -> Notification:

@@ -85,6 +85,7 @@ from .policy.templates import (
 )
 from .policy.unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
 from .records.outbox import delivery_message_send, notification_enqueue
+from .records.outcome_counts import outcome_counts_rebuild
 from .records.retention import PurgeReport, notification_purge
 from .records.status_events import (
     api_client_rotate_webhook_secret,
@@ -167,6 +168,7 @@ __all__ = [
     "recipient_preferences_replace",
     "recipient_upsert",
     "request_fingerprint",
+    "outcome_counts_rebuild",
     "retry_delay_seconds",
     "suppression_delete",
     "suppression_remove",

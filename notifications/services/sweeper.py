@@ -124,5 +124,6 @@ def _notification_recover_interrupted(*, notification_id: Any, claimed_before: d
         attempt = notification.attempts.filter(outcome=AttemptOutcome.IN_PROGRESS).order_by("-number").first()
         if attempt is not None:
             attempt_finish(attempt, AttemptOutcome.INTERRUPTED, error=error)
-        schedule_retry_or_dead_letter(notification, error, claimed_at=notification.claimed_at)
+        account = attempt.account if attempt is not None else ""
+        schedule_retry_or_dead_letter(notification, error, claimed_at=notification.claimed_at, account=account)
     return True

@@ -82,14 +82,17 @@ class DjangoEmailProvider:
             sent = self._send_on_kept_connection(email)
         except smtplib.SMTPRecipientsRefused as exc:
             # A 4xx refusal (greylisting, a full mailbox, too many recipients now) may pass later.
-            if all(500 <= code < 600 for code, _ in exc.recipients.values()):
-                raise PermanentChannelError(f"recipient refused: {exc.recipients}") from exc
-            raise TransientChannelError(f"recipient refused for now: {exc.recipients}") from exc
+            codes = [code for code, _ in exc.recipients.values()]
+            extra = {"smtp_code": codes[0]} if codes else {}
+            if all(500 <= code < 600 for code in codes):
+                raise PermanentChannelError(f"recipient refused: {exc.recipients}", extra=extra) from exc
+            raise TransientChannelError(f"recipient refused for now: {exc.recipients}", extra=extra) from exc
         except smtplib.SMTPResponseException as exc:
             self._connections.drop()  # the session may be in any state after an error reply
+            extra = {"smtp_code": exc.smtp_code}
             if 500 <= exc.smtp_code < 600:
-                raise PermanentChannelError(f"SMTP {exc.smtp_code}: {exc.smtp_error!r}") from exc
-            raise TransientChannelError(f"SMTP {exc.smtp_code}: {exc.smtp_error!r}") from exc
+                raise PermanentChannelError(f"SMTP {exc.smtp_code}: {exc.smtp_error!r}", extra=extra) from exc
+            raise TransientChannelError(f"SMTP {exc.smtp_code}: {exc.smtp_error!r}", extra=extra) from exc
         except (TimeoutError, smtplib.SMTPException, OSError) as exc:
             self._connections.drop()
             raise TransientChannelError(f"{type(exc).__name__}: {exc}") from exc

@@ -60,5 +60,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"deleted {report.notifications} notifications, {report.attempts} attempts, "
             f"{report.dead_letters} resolved dead letters, {report.idempotency_keys} expired idempotency keys, "
-            f"{report.processed_events} expired event dedup records (older than {describe_age(age)})"
+            f"{report.processed_events} expired event dedup records, {report.outcome_counts} dashboard counters "
+            f"(older than {describe_age(age)})"
         )

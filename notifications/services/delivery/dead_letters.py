@@ -21,6 +21,7 @@ from ...models import (
 )
 from ..policy.routing import route_restart
 from ..records.outbox import notification_enqueue
+from ..records.outcome_counts import outcome_counts_take_for_retry
 
 logger = logging.getLogger("notifications.services")
 
@@ -67,10 +68,13 @@ def dead_letter_redrive(*, dead_letter: DeadLetter, by: Any) -> RedriveResult:
         if restart is None:
             transaction.set_rollback(True)
             return RedriveResult(False, "no channel of its route can be tried now (no address, opted out or suppressed)")
+        # Out of the dashboard's failed or dead count (it locks the row the transition moves).
+        outcome_counts_take_for_retry(dead_letter.notification_id)
         requeued = Notification.transition(
             dead_letter.notification_id,
             Status.QUEUED,
             only_from=[Status.FAILED, Status.DEAD],
+            failure_reason="",
             attempt_count=0,
             next_attempt_at=now,
             enqueued_at=None,

@@ -28,6 +28,7 @@ from ...models import (
 from ..policy.routing import channel_attempt_count, route_advance, route_fields
 from ..policy.suppressions import suppression_from_permanent_error
 from ..records.outbox import notification_publish
+from ..records.outcome_counts import failure_reason_of, outcome_counts_add, outcome_key
 from ..records.status_events import status_event_record
 from .dead_letters import dead_letter_create
 
@@ -84,11 +85,18 @@ def record_permanent_failure(
         step = route_advance(notification, claimed_at=attempt.started_at, reason="permanent_error", error=str(exc))
         if step.advanced:
             return DeliveryOutcome("fallback", attempt.number)
+        reason = failure_reason_of(exc)
         if not step.lost and claim_finish(
-            notification.pk, claimed_at=attempt.started_at, to=Status.FAILED, last_error=str(exc)[:4000], **route_fields(step)
+            notification.pk,
+            claimed_at=attempt.started_at,
+            to=Status.FAILED,
+            last_error=str(exc)[:4000],
+            failure_reason=reason,
+            **route_fields(step),
         ):
             dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
             status_event_record(notifications=[notification], event_type=StatusEventType.FAILED)
+            outcome_counts_add([outcome_key(notification, Status.FAILED, account=attempt.account, reason=reason)])
     # The code, not the provider's words: those can quote the recipient or echo the message, and
     # they are kept on the DeliveryAttempt for support staff.
     logger.warning(
@@ -109,7 +117,7 @@ def record_transient_failure(
         # A provider's 429 is a failed attempt like any other (a destination that always answers
         # 429 must end dead, not loop); its Retry-After is the least we wait. Only our own shared
         # rate limiter's waits are free (they never reach the provider).
-        outcome = schedule_retry_or_dead_letter(notification, exc, claimed_at=attempt.started_at)
+        outcome = schedule_retry_or_dead_letter(notification, exc, claimed_at=attempt.started_at, account=attempt.account)
     if outcome == "retrying" and isinstance(exc, TransientChannelError) and exc.code == "throttled":
         metrics.record_rate_limited(channel=notification.channel)
     return DeliveryOutcome(outcome, attempt.number)
@@ -122,9 +130,12 @@ def retry_delay_seconds(*, channel: str, attempt_number: int, retry_after: float
     return get_config().retry_policy(channel).delay_seconds(attempt_number, retry_after)
 
 
-def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException, *, claimed_at: datetime) -> str:
-    """After a failed try of the claim made at ``claimed_at``: retry later, or dead-letter when the
-    budget is spent; "skipped" when that claim is no longer current (see claim_finish)."""
+def schedule_retry_or_dead_letter(
+    notification: Notification, exc: BaseException, *, claimed_at: datetime, account: str = ""
+) -> str:
+    """After a failed try of the claim made at ``claimed_at`` (through provider ``account``): retry
+    later, or dead-letter when the budget is spent; "skipped" when that claim is no longer current
+    (see claim_finish)."""
     policy = get_config().retry_policy(notification.channel)
     attempts = channel_attempt_count(notification)  # a route's channel has its own budget
     if attempts >= policy.max_attempts:
@@ -132,12 +143,19 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
         step = route_advance(notification, claimed_at=claimed_at, reason="retries_exhausted", error=str(exc))
         if step.advanced:
             return "fallback"
+        reason = failure_reason_of(exc)
         if step.lost or not claim_finish(
-            notification.pk, claimed_at=claimed_at, to=Status.DEAD, last_error=str(exc)[:4000], **route_fields(step)
+            notification.pk,
+            claimed_at=claimed_at,
+            to=Status.DEAD,
+            last_error=str(exc)[:4000],
+            failure_reason=reason,
+            **route_fields(step),
         ):
             return "skipped"
         dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
         status_event_record(notifications=[notification], event_type=StatusEventType.DEAD)
+        outcome_counts_add([outcome_key(notification, Status.DEAD, account=account, reason=reason)])
         metrics.record_dead(channel=notification.channel, mode=metrics.mode_of(notification))
         logger.warning(
             "notification %s is dead after %d attempts",

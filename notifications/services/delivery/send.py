@@ -28,12 +28,13 @@ from ...errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ...models import AttemptOutcome, DeliveryAttempt, Notification, StatusEventType
+from ...models import AttemptOutcome, DeliveryAttempt, Notification, Status, StatusEventType
 from ...ratelimit import Reservation, reserve_send_slot
 from ...selectors import notifications_pending_delivery
 from ...sql import update_rows
 from ..feedback.provider_feedback import provider_status_reported_record
 from ..policy.routing import routes_delivered
+from ..records.outcome_counts import outcome_key
 from ..records.status_events import status_event_record
 from .capture import CaptureSink, notification_is_test
 from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
@@ -318,6 +319,11 @@ def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
     claims: dict[datetime, dict[Any, str]] = {}
     for item in sent:
         claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
+    # The dashboard's counter each adds one to, in the statement that marks it delivered.
+    counted = {
+        item.notification.pk: outcome_key(item.notification, Status.DELIVERED, account=item.attempt.account, delivered_at=now)
+        for item in sent
+    }
     with transaction.atomic():
         update_rows(
             DeliveryAttempt,
@@ -333,7 +339,9 @@ def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
         )
         finished: set[Any] = set()
         for at, ids in claims.items():
-            finished |= Notification.deliveries_finish(ids, claimed_at=at, delivered_at=now)
+            finished |= Notification.deliveries_finish(
+                ids, claimed_at=at, delivered_at=now, counted={pk: counted[pk] for pk in ids}
+            )
         routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
         lost = {str(item.notification.pk) for item in sent} - {str(pk) for pk in finished}
         # No statement unless a client has a status webhook (the claim returned its URL).

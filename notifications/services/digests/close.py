@@ -45,6 +45,7 @@ from ..policy.caps import NO_SLOT, recipient_cap_take
 from ..policy.consent import consent_at_accept
 from ..policy.content import notification_content
 from ..records.outbox import notification_enqueued_state, notification_publish
+from ..records.outcome_counts import failure_reason_of, outcome_counts_add, outcome_key
 from ..records.status_events import status_event_record
 
 logger = logging.getLogger("notifications.services")
@@ -150,6 +151,7 @@ def digest_close(*, digest_id: Any, now: datetime | None = None) -> DigestCloseR
                 # the digest ends here, with one dead letter its members are reached from.
                 digest.status, digest.failure_reason = DigestStatus.FAILED, notification.last_error
                 dead_letter_create(notification, DeadLetterReason.RENDER_FAILED, notification.last_error)
+                outcome_counts_add([outcome_key(notification, Status.FAILED, reason=notification.failure_reason)])
             else:
                 digest.status = DigestStatus.SENT
             digest.save(update_fields=["status", "notification", "closed_at", "failure_reason", "updated_at"])
@@ -218,6 +220,7 @@ def _digest_notification(*, digest: Digest, items: list[Any], now: datetime) -> 
         # recorded here: the transaction it broke rolls back at the next statement.)
         cause = exc.message if isinstance(exc, NotificationError) else f"{type(exc).__name__}: {exc}"
         notification.status = Status.FAILED
+        notification.failure_reason = failure_reason_of(exc)
         notification.message = ""
         notification.last_error = f"the digest could not be rendered: {cause}"[:2000]
         return notification

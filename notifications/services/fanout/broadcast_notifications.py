@@ -47,7 +47,7 @@ class NotificationBuilder:
         self.cap_slots = cap_slots
         self.category: Category = broadcast.category
         self.variants: list[TemplateVariant] | None = None
-        self.template_error = ""
+        self.template_error = self.template_error_code = ""
         self.suppressed: dict[str, str] = {}
         self.addresses: dict[int, str] = {}
         if broadcast.channels:
@@ -58,7 +58,7 @@ class NotificationBuilder:
                     client=broadcast.client, key=broadcast.template_key, channel=broadcast.channel
                 )
             except ValidationFailed as error:  # deleted since the broadcast was accepted
-                self.template_error = f"{error.code}: {error.message}"
+                self.template_error, self.template_error_code = f"{error.code}: {error.message}", error.code[:64]
         self.addresses = {recipient.pk: self._address(recipient) for recipient in subscribers}
         self.suppressed = suppressed_addresses(
             client_id=broadcast.client_id, channel=broadcast.channel, addresses=[a for a in self.addresses.values() if a]
@@ -74,7 +74,9 @@ class NotificationBuilder:
             # The broadcast's content was checked when it was accepted; what fails here is one
             # subscriber's (no variant in its locale's fallback, a template edited since): that
             # one notification fails, the broadcast goes on.
-            notification = self._notification(recipient, status=Status.FAILED, last_error=f"{error.code}: {error.message}")
+            notification = self._notification(
+                recipient, status=Status.FAILED, last_error=f"{error.code}: {error.message}", failure_reason=error.code[:64]
+            )
         notification.broadcast_id = broadcast.pk
         # One member per (broadcast, subscriber): a batch made again after a crash finds its slot
         # held and neither counts it twice nor throttles it.
@@ -114,7 +116,13 @@ class NotificationBuilder:
         if reason:
             return self._notification(recipient, address=address, status=Status.SUPPRESSED, suppressed_reason=reason)
         if self.template_error:
-            return self._notification(recipient, address=address, status=Status.FAILED, last_error=self.template_error)
+            return self._notification(
+                recipient,
+                address=address,
+                status=Status.FAILED,
+                last_error=self.template_error,
+                failure_reason=self.template_error_code,
+            )
         content = notification_content(
             client=broadcast.client,
             recipient=recipient,

@@ -37,6 +37,7 @@ from ...selectors import (
 from ...sql import insert_many_or_nothing, model_rows
 from ..policy.caps import CapSlot
 from ..records.outbox import notification_enqueued_state, notifications_publish
+from ..records.outcome_counts import outcome_counts_add, outcome_key
 from ..records.status_events import status_event_record
 from .broadcast_accept import broadcast_fan_out_enqueue
 from .broadcast_notifications import NotificationBuilder
@@ -241,6 +242,10 @@ def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID, page: _Page 
             written = [n for n in built if n.pk in inserted]
             status_event_record(
                 notifications=[n for n in written if n.status == Status.SUPPRESSED], event_type=StatusEventType.SUPPRESSED
+            )
+            # No statement unless a subscriber's notification failed as it was made.
+            outcome_counts_add(
+                outcome_key(n, Status.FAILED, reason=n.failure_reason) for n in written if n.status == Status.FAILED
             )
             transaction.on_commit(lambda: _after_batch(written, delays=delays))
         kept = inserted

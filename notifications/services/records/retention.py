@@ -17,8 +17,10 @@ from ...models import (
     DeliveryAttempt,
     IdempotencyKey,
     Notification,
+    OutcomeCount,
     ProcessedEvent,
     Resolution,
+    hour_of,
 )
 
 logger = logging.getLogger("notifications.services")
@@ -31,13 +33,16 @@ class PurgeReport:
     dead_letters: int = 0
     idempotency_keys: int = 0
     processed_events: int = 0
+    outcome_counts: int = 0
 
 
 def notification_purge(*, older_than: timedelta, batch_size: int = 1000, now: datetime | None = None) -> PurgeReport:
     """Delete finished notifications made before ``now - older_than`` with their attempts and
-    resolved dead letters, and expired idempotency keys and event dedup records, one short
-    transaction per batch so the tables are never locked for long. A notification with an
-    unresolved dead letter is kept, and so is every unresolved dead letter."""
+    resolved dead letters, the dashboard's counters of those hours, and expired idempotency keys
+    and event dedup records, one short transaction per batch so the tables are never locked for
+    long. A notification with an unresolved dead letter is kept, and so is every unresolved dead
+    letter (retried later, it is taken from a counter no longer there: a negative one of that old
+    hour, which its new outcome brings back to zero)."""
     now = now or timezone.now()
     cutoff = now - older_than
     report = PurgeReport()
@@ -57,6 +62,8 @@ def notification_purge(*, older_than: timedelta, batch_size: int = 1000, now: da
     report.idempotency_keys += _delete_in_batches(IdempotencyKey.objects.filter(expires_at__lt=now), batch_size)
     # The consumer only replaces an expired dedup record when the same event key comes again.
     report.processed_events += _delete_in_batches(ProcessedEvent.objects.filter(expires_at__lt=now), batch_size)
+    # The dashboard's counters of hours wholly before the cutoff: they counted notifications gone now.
+    report.outcome_counts += _delete_in_batches(OutcomeCount.objects.filter(hour__lt=hour_of(cutoff)), batch_size)
     return report
 
 
