@@ -36,6 +36,16 @@ def _on_real_services() -> list[str]:
     ]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--exclusive",
+        choices=("include", "exclude", "only"),
+        default="include",
+        help="tests marked `exclusive` (they stop a service every test process shares): run them too, "
+        "leave them out (the parallel phase of scripts/test.sh), or run only them (its serial phase)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     real = _on_real_services()
     if FAST_TIER:
@@ -69,9 +79,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("services") is not None])
         items[:] = fast
         return
+    _select_exclusive(config, items)
     # Tests marked `fault` break a process or service on purpose and take the longest: they run
     # last (a stable sort keeps every other order, after any plugin's own reordering).
     items.sort(key=lambda item: item.get_closest_marker("fault") is not None)
+
+
+def _select_exclusive(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the tests ``--exclusive`` asks for. A test that stops the machine's RabbitMQ or
+    PostgreSQL breaks whatever another pytest-xdist worker is doing meanwhile, so a worker refuses one."""
+    choice = config.getoption("exclusive")
+    if choice != "include":
+        wanted = choice == "only"
+        config.hook.pytest_deselected(items=[item for item in items if _exclusive(item) is not wanted])
+        items[:] = [item for item in items if _exclusive(item) is wanted]
+    if os.environ.get("PYTEST_XDIST_WORKER") and any(_exclusive(item) for item in items):
+        raise pytest.UsageError(
+            "tests marked `exclusive` cannot run beside other xdist workers: run them with --exclusive=only, without -n"
+        )
+
+
+def _exclusive(item: pytest.Item) -> bool:
+    return item.get_closest_marker("exclusive") is not None
 
 
 SEED_MIGRATION = importlib.import_module("notifications.migrations.0006_transactional_category_order_created_template")
