@@ -1,6 +1,7 @@
 """Shared fixtures. The suite runs against the real PostgreSQL, RabbitMQ and Redis that
-scripts/test.sh points it at (a database, vhost and key prefix of this run's own); the fast tier
-(scripts/test-fast.sh) runs the tests not marked ``services`` on the embedded default instead."""
+scripts/test.sh points it at (a database, vhost and key prefix of this run's own, and of each
+pytest-xdist worker's: tests/xdist_isolation.py); the fast tier (scripts/test-fast.sh) runs the
+tests not marked ``services`` on the embedded default instead."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from notifications.models import ApiClient
+from notifications.token_cache import client_changes
 
 from .factories import make_api_client
+from .helpers import wait_until
 
 # `make test-fast` (scripts/test-fast.sh) sets this: the fast tier, on the embedded default.
 FAST_TIER = os.environ.get("TEST_TIER") == "fast"
@@ -140,6 +143,15 @@ def _embedded_state_reset() -> None:
     circuit._local = circuit._LocalCircuits()
     concurrency._local = concurrency._LocalTurns()
     ratelimit._local = ratelimit._LocalReserver()
+
+
+@pytest.fixture
+def remembering_tokens() -> None:
+    """This process listens for API client changes, so a token that authenticated is remembered
+    (notifications/token_cache.py). A process's first token lookup only starts the listener, and
+    until it listens every request reads its client again: a test that counts what a remembered
+    token saves must not depend on an earlier test having started it."""
+    wait_until(client_changes.trusted, timeout=10, message="listening for API client changes")
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ ends with the same verdict (tests/faults.py ``check_nothing_lost``): every accep
 reaches a final state, none is lost, and a notification sent twice was in flight at the fault.
 Each prints its figures: accepted, delivered, duplicates, time to recover.
 
-Faults that stop a shared service (RabbitMQ's stop_app, PostgreSQL itself) belong here too, as
-tests marked ``fault`` like these, for runs when nobody else uses the services; ``fault`` tests run
-last (tests/conftest.py).
+Faults that stop a shared service (RabbitMQ's stop_app, PostgreSQL itself) belong here too, marked
+``exclusive`` as well as ``fault``: scripts/test.sh runs them alone, after the parallel phase, since
+every pytest-xdist worker uses those services. ``fault`` tests run last (tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from notifications.api import auth, window_blocks
 from notifications.api.auth import ApiClientRateThrottle
 from notifications.conf import redis_client
 from notifications.models import ApiClient
-from notifications.token_cache import client_changes
 
 from .factories import make_api_client
 from .fakes import override_notifications
@@ -32,13 +31,10 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def one_window() -> Iterator[None]:
+def one_window(remembering_tokens: None) -> Iterator[None]:
     """Windows are fixed minutes: start well inside one, so the requests are not split across two;
     tokens stay known throughout (a slow machine's requests take no other path), and the process
-    starts holding nothing. A token is known only once this process listens for client changes
-    (its first lookup starts the listener): a test that is the process's first would otherwise
-    send its next requests down the unknown token's path, each counted alone."""
-    wait_until(client_changes.trusted, timeout=10, message="subscribed to client changes")
+    starts holding nothing."""
     wait_until(lambda: time.time() % 60 < 50, timeout=15, message="well inside a minute")
     window_blocks.window_blocks.clear()
     with override_notifications(API_TOKEN_CACHE_SECONDS=60):
