@@ -28,7 +28,8 @@ demo: migrate
 run: demo
 	$(PY) manage.py runplatform --addrport $(ADDRESS)
 
-## Lint, type-check, the fast tier, then the whole suite against the real PostgreSQL, RabbitMQ and Redis.
+## Lint, type-check, the fast tier, then the whole suite against the real PostgreSQL, RabbitMQ and Redis
+## (on two pytest-xdist workers, then the tests that stop a shared service alone: scripts/test.sh).
 test: install lint
 	scripts/test-fast.sh -q
 	scripts/test.sh

@@ -1,6 +1,7 @@
 """Shared fixtures. The suite runs against the real PostgreSQL, RabbitMQ and Redis that
-scripts/test.sh points it at (a database, vhost and key prefix of this run's own); the fast tier
-(scripts/test-fast.sh) runs the tests not marked ``services`` on the embedded default instead."""
+scripts/test.sh points it at (a database, vhost and key prefix of this run's own, and of each
+pytest-xdist worker's: tests/xdist_isolation.py); the fast tier (scripts/test-fast.sh) runs the
+tests not marked ``services`` on the embedded default instead."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from notifications.models import ApiClient
+from notifications.token_cache import client_changes
 
 from .factories import make_api_client
+from .helpers import wait_until
 
 # `make test-fast` (scripts/test-fast.sh) sets this: the fast tier, on the embedded default.
 FAST_TIER = os.environ.get("TEST_TIER") == "fast"
@@ -34,6 +37,16 @@ def _on_real_services() -> list[str]:
         )
         if ok
     ]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--exclusive",
+        choices=("include", "exclude", "only"),
+        default="include",
+        help="tests marked `exclusive` (they stop a service every test process shares): run them too, "
+        "leave them out (the parallel phase of scripts/test.sh), or run only them (its serial phase)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,9 +82,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("services") is not None])
         items[:] = fast
         return
+    _select_exclusive(config, items)
     # Tests marked `fault` break a process or service on purpose and take the longest: they run
     # last (a stable sort keeps every other order, after any plugin's own reordering).
     items.sort(key=lambda item: item.get_closest_marker("fault") is not None)
+
+
+def _select_exclusive(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the tests ``--exclusive`` asks for. A test that stops the machine's RabbitMQ or
+    PostgreSQL breaks whatever another pytest-xdist worker is doing meanwhile, so a worker refuses one."""
+    choice = config.getoption("exclusive")
+    if choice != "include":
+        wanted = choice == "only"
+        config.hook.pytest_deselected(items=[item for item in items if _exclusive(item) is not wanted])
+        items[:] = [item for item in items if _exclusive(item) is wanted]
+    if os.environ.get("PYTEST_XDIST_WORKER") and any(_exclusive(item) for item in items):
+        raise pytest.UsageError(
+            "tests marked `exclusive` cannot run beside other xdist workers: run them with --exclusive=only, without -n"
+        )
+
+
+def _exclusive(item: pytest.Item) -> bool:
+    return item.get_closest_marker("exclusive") is not None
 
 
 SEED_MIGRATION = importlib.import_module("notifications.migrations.0006_transactional_category_order_created_template")
@@ -111,6 +143,15 @@ def _embedded_state_reset() -> None:
     circuit._local = circuit._LocalCircuits()
     concurrency._local = concurrency._LocalTurns()
     ratelimit._local = ratelimit._LocalReserver()
+
+
+@pytest.fixture
+def remembering_tokens() -> None:
+    """This process listens for API client changes, so a token that authenticated is remembered
+    (notifications/token_cache.py). A process's first token lookup only starts the listener, and
+    until it listens every request reads its client again: a test that counts what a remembered
+    token saves must not depend on an earlier test having started it."""
+    wait_until(client_changes.trusted, timeout=10, message="listening for API client changes")
 
 
 @pytest.fixture

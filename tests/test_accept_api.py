@@ -319,7 +319,7 @@ def test_token_scheme_is_accepted_and_revoked_clients_are_refused(client_and_tok
     assert api.get(URL).status_code == 401
 
 
-def test_a_token_seen_valid_is_not_read_again_for_a_few_seconds(client_and_token) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_seen_valid_is_not_read_again_for_a_few_seconds(client_and_token, remembering_tokens) -> None:  # type: ignore[no-untyped-def]
     from django.test.utils import CaptureQueriesContext
 
     from notifications.models import ApiClient

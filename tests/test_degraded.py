@@ -110,7 +110,7 @@ def most_in_any_second(times: list[float]) -> int:
 
 @pytest.mark.services
 def test_with_redis_refusing_connections_the_api_accepts_and_counts_its_throttles_as_degraded(
-    api: APIClient, caplog: pytest.LogCaptureFixture
+    api: APIClient, caplog: pytest.LogCaptureFixture, remembering_tokens: None
 ) -> None:
     before = {component: degraded_count(component) for component in ("throttle", "auth_throttle")}
     # Nothing listens on port 1: connection refused, as from a Redis that is down.

@@ -9,9 +9,9 @@ ends with the same verdict (tests/faults.py ``check_nothing_lost``): every accep
 reaches a final state, none is lost, and a notification sent twice was in flight at the fault.
 Each prints its figures: accepted, delivered, duplicates, time to recover.
 
-Faults that stop a shared service (RabbitMQ's stop_app, PostgreSQL itself) belong here too, as
-tests marked ``fault`` like these, for runs when nobody else uses the services; ``fault`` tests run
-last (tests/conftest.py).
+Faults that stop a shared service (RabbitMQ's stop_app, PostgreSQL itself) belong here too, marked
+``exclusive`` as well as ``fault``: scripts/test.sh runs them alone, after the parallel phase, since
+every pytest-xdist worker uses those services. ``fault`` tests run last (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -443,7 +443,8 @@ def test_a_rate_limit_wait_longer_than_the_consumer_timeout_waits_in_postgresql_
 
 # --- Shared services stopped: RabbitMQ's stop_app, PostgreSQL itself -----------------------------
 # These stop the machine's own RabbitMQ and PostgreSQL (every vhost and database on them), so they
-# run last with the other fault tests, and each restores its service in a `finally`.
+# are marked `exclusive`: scripts/test.sh runs them alone, after the parallel phase, and each
+# restores its service in a `finally`.
 
 
 def run_quietly(*command: str, timeout: float = 120) -> None:
@@ -472,6 +473,7 @@ def rabbitmq_stopped_for_a_while() -> Iterator[Callable[[], AbstractContextManag
             del dramatiq.get_broker().connection
 
 
+@pytest.mark.exclusive
 def test_rabbitmq_stopped_mid_backlog_with_accepts_during_the_outage_loses_nothing(
     platform: FaultPlatform,
     receiver: WebhookReceiver,
@@ -530,6 +532,7 @@ def postgresql_stopped_for_a_while() -> Iterator[Callable[[], AbstractContextMan
     yield outage
 
 
+@pytest.mark.exclusive
 def test_postgresql_stopped_during_accepts_answers_503_and_everything_accepted_is_delivered_once_it_is_back(
     platform: FaultPlatform,
     receiver: WebhookReceiver,

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def one_window() -> Iterator[None]:
+def one_window(remembering_tokens: None) -> Iterator[None]:
     """Windows are fixed minutes: start well inside one, so the requests are not split across two;
     tokens stay known throughout (a slow machine's requests take no other path), and the process
     starts holding nothing."""
