@@ -4,6 +4,7 @@ letters, processed events). Everything is importable from ``notifications.models
 
 from __future__ import annotations
 
+from .backlog import BacklogClaim
 from .broadcasts import Broadcast, BroadcastStatus, Topic, TopicSubscription
 from .clients import (
     ApiClient,
@@ -48,6 +49,7 @@ from .suppressions import Suppression, SuppressionReason
 __all__ = [
     "ApiClient",
     "AttemptOutcome",
+    "BacklogClaim",
     "Broadcast",
     "BroadcastStatus",
     "Category",

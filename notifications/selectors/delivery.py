@@ -19,6 +19,7 @@ from ..models import (
     Category,
     Notification,
     Recipient,
+    Status,
     Suppression,
 )
 
@@ -49,8 +50,9 @@ def notification_pending_delivery(notification_id: Any) -> PendingDelivery | Non
     return notifications_pending_delivery([notification_id]).get(str(notification_id))
 
 
-def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, PendingDelivery]:
+def notifications_pending_delivery(notification_ids: list[Any], *, claimed: bool = False) -> dict[str, PendingDelivery]:
     """Those of ``notification_ids`` still pending, by id, with their consent inputs, in one query.
+    ``claimed``: those in ``sending`` instead (a backlog claim's rows, read after the claim).
 
     Written in SQL: every delivery runs it, and as a queryset with a subquery per recipient field
     Django spent longer building it than PostgreSQL running it (a third of a single delivery)."""
@@ -64,7 +66,7 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
     ids = [pk_field.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]
     if not ids:
         return {}
-    sources = sorted(PENDING_STATUSES)
+    sources = [Status.SENDING] if claimed else sorted(PENDING_STATUSES)
     n, c, r, s = (
         quote(Notification._meta.db_table),
         quote(Category._meta.db_table),

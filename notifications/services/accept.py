@@ -303,6 +303,7 @@ def _notification_new(
         send_at=request.send_at,
         idempotency_key=idempotency_key,
         trace_id=tracing.current_trace_id(),
+        traceparent=tracing.current_traceparent(),
         created_at=now,
         **decided,
     )

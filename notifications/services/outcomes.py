@@ -11,7 +11,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import metrics
+from .. import metrics, tracing
+from ..channels import SendResult
 from ..conf import get_config
 from ..errors import (
     PermanentChannelError,
@@ -25,9 +26,10 @@ from ..models import (
     Status,
     StatusEventType,
 )
+from ..sql import update_rows
 from .dead_letters import dead_letter_create
 from .outbox import notification_publish
-from .routing import channel_attempt_count, route_advance, route_fields
+from .routing import channel_attempt_count, route_advance, route_fields, routes_delivered
 from .status_events import status_event_record
 from .suppressions import suppression_from_permanent_error
 
@@ -162,3 +164,77 @@ def schedule_retry_or_dead_letter(notification: Notification, exc: BaseException
         notification.enqueued_at = now
         transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
     return "retrying"
+
+
+@dataclass
+class Sent:
+    """A send the provider took, not yet recorded."""
+
+    notification: Notification
+    attempt: DeliveryAttempt
+    result: SendResult
+    seconds: float
+
+
+def deliveries_record(sent: list[Sent]) -> dict[str, DeliveryOutcome]:
+    """Record the deliveries of one chunk in one transaction: the attempts in one UPDATE, the
+    notifications in another (each still in the claim it was sent under)."""
+    if not sent:
+        return {}
+    now = timezone.now()
+    for item in sent:
+        attempt = item.attempt
+        attempt.outcome = AttemptOutcome.DELIVERED
+        attempt.finished_at = now
+        attempt.duration_ms = int(item.seconds * 1000)
+        attempt.provider_response = item.result.response_summary[:2000]
+    claims: dict[datetime, dict[Any, str]] = {}
+    for item in sent:
+        claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
+    with transaction.atomic():
+        update_rows(
+            DeliveryAttempt,
+            {
+                item.attempt.pk: {
+                    "duration_ms": item.attempt.duration_ms,
+                    "provider_response": item.attempt.provider_response,
+                    "account": item.attempt.account,
+                }
+                for item in sent
+            },
+            same={"outcome": AttemptOutcome.DELIVERED, "finished_at": now},
+        )
+        finished: set[Any] = set()
+        for at, ids in claims.items():
+            finished |= Notification.deliveries_finish(ids, claimed_at=at, delivered_at=now)
+        routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
+        lost = {str(item.notification.pk) for item in sent} - {str(pk) for pk in finished}
+        # No statement unless a client has a status webhook (the claim returned its URL).
+        delivered = [item.notification for item in sent if str(item.notification.pk) not in lost]
+        status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
+    outcomes: dict[str, DeliveryOutcome] = {}
+    for item in sent:
+        pk = str(item.notification.pk)
+        with tracing.context_attached(tracing.delivery_context(item.notification)):  # its line in its own trace
+            outcomes[pk] = _delivery_recorded(item, lost=pk in lost)
+    return outcomes
+
+
+def _delivery_recorded(item: Sent, *, lost: bool) -> DeliveryOutcome:
+    """The metrics and log line of one delivery recorded by _deliveries_record, and its outcome."""
+    notification, pk = item.notification, str(item.notification.pk)
+    metrics.record_attempt(
+        channel=notification.channel, outcome=AttemptOutcome.DELIVERED, seconds=item.seconds, account=item.attempt.account
+    )
+    if lost:
+        # The provider took it, but only after the sweeper had given this send up for lost:
+        # the attempt says delivered, the notification follows its newer claim (it may go twice).
+        logger.warning(
+            "notification %s was delivered after its claim was recovered; it may be sent again",
+            pk,
+            extra={"notification_id": pk},
+        )
+        return DeliveryOutcome("skipped", item.attempt.number)
+    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at)
+    logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
+    return DeliveryOutcome("delivered", item.attempt.number)
