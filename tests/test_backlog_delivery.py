@@ -27,7 +27,7 @@ from notifications.services import backlog, delivery
 from .factories import make_api_client, make_recipient
 from .fakes import LocalSmtpServer, override_notifications, smtp_server_fixture  # noqa: F401  (fixture)
 from .helpers import wait_until
-from .test_tracing import json_log, spans  # noqa: F401  (fixtures)
+from .test_tracing import json_log, named, spans  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -220,7 +220,9 @@ def test_a_notification_claimed_beside_another_requests_message_is_sent_in_its_o
 ) -> None:
     ids = []
     for user in ("t0", "t1"):
-        response = api.post("/api/v1/notifications", {"user_id": user, "to": f"{user}@example.com", "message": "hi"}, format="json")
+        response = api.post(
+            "/api/v1/notifications", {"user_id": user, "to": f"{user}@example.com", "message": "hi"}, format="json"
+        )
         assert response.status_code == 202
         ids.append(response.json()["id"])
     waited(ids)
@@ -245,10 +247,6 @@ def test_a_notification_claimed_beside_another_requests_message_is_sent_in_its_o
     lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
     logged = {line["notification_id"]: line["otelTraceID"] for line in lines if line["message"].startswith("delivered")}
     assert logged == {ids[0]: first.trace_id, ids[1]: second.trace_id}
-
-
-def named(spans: Any, name: str) -> list[Any]:
-    return [span for span in spans.get_finished_spans() if span.name == name]
 
 
 @pytest.mark.django_db(transaction=False)
