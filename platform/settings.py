@@ -152,7 +152,7 @@ _DRAMATIQ_MIDDLEWARE = [
     "dramatiq.middleware.CurrentMessage",
     "notifications.tracing.TraceContextMiddleware",
     "notifications.metrics.WorkerMetricsMiddleware",
-    "django_dramatiq.middleware.DbConnectionsMiddleware",
+    "notifications.db_connections.WorkerDbConnectionsMiddleware",
 ]
 if BROKER_IS_EMBEDDED:
     DRAMATIQ_BROKER = {
