@@ -41,6 +41,12 @@ def _prepared_cursor_class() -> type:
         def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
             return super().execute(query, params, prepare=True, binary=binary)
 
+        def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:
+            super()._send_query_prepared(name, pgq, binary=binary)
+            # psycopg keeps the statement (``_query``, which Django's query log reads) only for those
+            # it did not prepare: without it the log, and the tests counting statements, see None.
+            self._query = pgq
+
     return PreparedCursor
 
 
