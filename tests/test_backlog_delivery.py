@@ -31,6 +31,9 @@ from .test_tracing import json_log, named, spans  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+# The claims' sizes, not the rate limiter's pacing (tests/test_fair_delivery.py, test_batch_delivery.py).
+UNLIMITED = "email=100000/s"
+
 
 @pytest.fixture(autouse=True)
 def fresh_pace(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,12 +99,13 @@ def test_a_backlog_of_single_accepts_is_sent_in_claims_of_many(broker: dramatiq.
     client, _ = make_api_client()
     ids = accept_singles(client, 120, prefix="s")  # 120 messages of one id, no worker yet
     waited(ids)
-    running = workers(broker)
-    try:
-        wait_until(lambda: delivered(ids), timeout=60, message="the backlog delivered")
-    finally:
-        for worker in running:
-            worker.stop()
+    with override_notifications(RATE_LIMITS=UNLIMITED):
+        running = workers(broker)
+        try:
+            wait_until(lambda: delivered(ids), timeout=60, message="the backlog delivered")
+        finally:
+            for worker in running:
+                worker.stop()
     assert sorted(recipients(smtp_server)) == sorted(f"s{n}@example.com" for n in range(120))
     # One claim a message would be 120; a backlog claim takes up to DELIVERY_BATCH_SIZE at a time
     # (a few at first, until this process has measured how long a send takes).
@@ -147,12 +151,13 @@ def test_another_clients_single_notification_is_not_behind_a_clients_backlog(
     backlog_ids = accept_singles(a, 300, prefix="a")
     (single,) = accept_singles(b, 1, prefix="b")  # its message is behind A's 300
     waited([*backlog_ids, single])
-    running = workers(broker)
-    try:
-        wait_until(lambda: delivered([*backlog_ids, single]), timeout=90, message="both clients' notifications delivered")
-    finally:
-        for worker in running:
-            worker.stop()
+    with override_notifications(RATE_LIMITS=UNLIMITED):  # fairness under a rate limit: test_fair_delivery.py
+        running = workers(broker)
+        try:
+            wait_until(lambda: delivered([*backlog_ids, single]), timeout=90, message="both clients' notifications delivered")
+        finally:
+            for worker in running:
+                worker.stop()
     order = recipients(smtp_server)
     # In turns by client: B's one notification is in the first claims, not after A's 300.
     assert order.index("b0@example.com") < 10, order.index("b0@example.com")
@@ -182,7 +187,7 @@ def test_two_workers_racing_over_a_backlog_send_each_notification_once(
     ids = accept_singles(client, 300, prefix="r")
     waited(ids)
     # No rate limit to pace them: eight threads claim as fast as they can.
-    with override_notifications(RATE_LIMITS="email=100000/s"):
+    with override_notifications(RATE_LIMITS=UNLIMITED):
         running = workers(broker, count=2, threads=4)
         try:
             wait_until(lambda: delivered(ids), timeout=90, message="the backlog delivered")
