@@ -6,6 +6,7 @@ ratio (the VM is small, shared and noisy):
 1. accept over HTTP (gunicorn as deployed, wrk) against GET /healthz   bench/accept_http.py
 2. drain of a queued backlog (rundramatiq, no-op provider) against raw pika   bench/drain.py, raw_pika.py
 3. email drain against django-post_office through an SMTP sink         bench/post_office_drain.py
+   and of a backlog of single accepts (a message of one id each)        bench/email_singles.py
 4. end to end accept -> delivered latency at half the accept rate      bench/end_to_end.py
 5. API and admin list pages with 1M notifications, and their plans     bench/list_scale.py
 6. one process against two (gunicorn --workers, rundramatiq --processes), from 1 and 2
@@ -44,6 +45,7 @@ PARTS = (
     "rate-limit",
     "accept",
     "email",
+    "email-singles",
     "e2e",
     "scale",
     "broadcast",
@@ -122,9 +124,10 @@ def preflight(args: argparse.Namespace, parts: set[str]) -> None:
         raise SystemExit("bench: the end-to-end part runs at half the accept rate: run the accept part too, or give --e2e-rate")
     if parts & {"accept", "e2e", "scale", "clients"} or args.profile:
         require_tool("wrk", "run `make bench` (bench/wrk.sh installs it) or `apt-get install wrk`")
+    emails = bool(parts & {"email", "email-singles"})
     for module, needed in (
-        ("post_office", "email" in parts),
-        ("aiosmtpd", "email" in parts),
+        ("post_office", emails),
+        ("aiosmtpd", emails),
         ("requests", bool(parts & {"scale", "dashboard"})),
     ):
         if needed and importlib.util.find_spec(module) is None:
@@ -149,6 +152,7 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
         clients_accept,
         dashboard,
         drain,
+        email_singles,
         end_to_end,
         group_latency,
         list_scale,
@@ -185,6 +189,8 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
     if "email" in parts:
         log(f"email drain: {args.emails} emails, {args.rounds} rounds each, ours and post_office")
         results.email = post_office_drain.email_drain(args.emails, rounds=args.rounds)
+    if "email-singles" in parts:
+        extra += ["", *email_singles.section(email_singles.email_singles(rounds=args.rounds))]
     if "e2e" in parts:
         rate = args.e2e_rate or results.accept[1].accept.rate / 2
         log(f"end to end: {rate:.0f} req/s for {args.e2e_duration:g}s")

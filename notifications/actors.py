@@ -33,9 +33,9 @@ SLOT_WAIT_BASE_SECONDS = 0.1
 SLOT_WAIT_CAP_SECONDS = 3.0
 
 
-def _deliver(notification_ids: tuple[str, ...]) -> None:
+def _deliver(notification_ids: tuple[str, ...], *, priority: str) -> None:
     try:
-        services.notifications_deliver(notification_ids=list(notification_ids))
+        services.notifications_deliver(notification_ids=list(notification_ids), backlog_priority=priority)
     except services.SendRateLimited as limited:
         _wait_for_send_slot(limited.retry_after, notification_ids=limited.notification_ids)
 
@@ -60,19 +60,20 @@ def _wait_for_send_slot(seconds: float, *, notification_ids: list[str]) -> None:
     dramatiq.get_broker().enqueue(again, delay=max(1, int(max(seconds, backoff) * 1000)))
 
 
-# A message carries one notification id, or several enqueued together (services/records/outbox.py).
+# A message carries one notification id, or several enqueued together (services/records/outbox.py); its
+# claim also takes the backlog of its queue (services/delivery/backlog.py).
 @dramatiq.actor(
     actor_name=DELIVERY_ROUTES["high"].actor_name, queue_name=DELIVERY_ROUTES["high"].queue_name, priority=0, **_ACTOR_OPTIONS
 )
 def deliver_notification(*notification_ids: str) -> None:
-    _deliver(notification_ids)
+    _deliver(notification_ids, priority="high")
 
 
 @dramatiq.actor(
     actor_name=DELIVERY_ROUTES["bulk"].actor_name, queue_name=DELIVERY_ROUTES["bulk"].queue_name, priority=10, **_ACTOR_OPTIONS
 )
 def deliver_bulk_notification(*notification_ids: str) -> None:
-    _deliver(notification_ids)
+    _deliver(notification_ids, priority="bulk")
 
 
 @dramatiq.actor(actor_name=STATUS_EVENT_ROUTE.actor_name, queue_name=STATUS_EVENT_ROUTE.queue_name, **_ACTOR_OPTIONS)

@@ -1,12 +1,18 @@
 """The one place the connections to RabbitMQ and Redis are made from settings: the broker's
-parameters for pika, and the Redis client behind the cache."""
+parameters for pika, and the Redis client behind the cache.
+And the database's on the delivery path: a worker thread's connections between messages, and a
+cursor whose statements PostgreSQL plans once per connection (the per-message read)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pika
+from django import db
 from django.conf import settings
+from django.db import connection
+from django_dramatiq.middleware import DbConnectionsMiddleware
 
 
 def broker_is_embedded() -> bool:
@@ -54,3 +60,60 @@ def redis_pubsub_client() -> Any | None:
 def redis_key_prefix() -> str:
     """The prefix of the cache's keys, which names this deployment's (or test run's) Redis channels too."""
     return str(settings.CACHE_KEY_PREFIX)
+
+
+class WorkerDbConnectionsMiddleware(DbConnectionsMiddleware):
+    """With CONN_HEALTH_CHECKS, Django checks a connection (``SELECT 1``) on its first use after
+    ``close_old_connections``, which django_dramatiq calls around every message: a round trip and a
+    commit per message, most of what a message whose notifications were already sent costs
+    (services/delivery/backlog.py). A connection the last message used without an error is taken as
+    healthy. One that broke while idle fails the next message's first statement (a read: the
+    delivery claims nothing before it); that message is retried, and its connection closed after it
+    (``errors_occurred``) and opened afresh for the retry."""
+
+    def _close_old_connections(self, *args: Any, **kwargs: Any) -> None:
+        connection: Any
+        for connection in db.connections.all(initialized_only=True):
+            failed = connection.errors_occurred
+            connection.close_if_unusable_or_obsolete()
+            if connection.connection is not None and not failed:
+                connection.health_check_done = True
+
+    before_process_message = _close_old_connections
+    after_process_message = _close_old_connections
+
+
+def prepared_cursor() -> Any:
+    """A cursor whose statements PostgreSQL plans once per connection (psycopg prepares each on the
+    server on its first execution and keeps up to 100 a connection). For a read every message runs:
+    planning a join costs PostgreSQL ten times what running it does when it finds nothing (a
+    message whose notification a backlog claim sent already). Django's own cursors bind parameters
+    on the client and are never prepared (it sets psycopg's ``prepare_threshold`` to None); this
+    one is wrapped as they are, so it is logged and counted alike. Elsewhere (SQLite), Django's."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    if connection.connection.prepare_threshold is None:
+        # While it is None psycopg prepares nothing, even when asked; with this, only what is asked
+        # (Django's client-side cursors never prepare whatever it is).
+        connection.connection.prepare_threshold = 2**31
+    raw: Any = _prepared_cursor_class()(connection.connection)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
+@functools.cache
+def _prepared_cursor_class() -> type:
+    import psycopg
+
+    class PreparedCursor(psycopg.Cursor):  # type: ignore[type-arg]
+        def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
+            return super().execute(query, params, prepare=True, binary=binary)
+
+        def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:
+            super()._send_query_prepared(name, pgq, binary=binary)
+            # psycopg keeps the statement (``_query``, which Django's query log reads) only for those
+            # it did not prepare: without it the log, and the tests counting statements, see None.
+            self._query = pgq
+
+    return PreparedCursor

@@ -264,18 +264,36 @@ def current_trace_id() -> str:
     return format(span_context.trace_id, "032x") if span_context.is_valid else ""
 
 
-def notification_context(notification_id: str) -> otel_context.Context | None:
-    """The trace context of the request that accepted ``notification_id`` when the message in hand
-    carries one per id (TRACES_OPTION); None: the current one (the message's own trace)."""
+def current_traceparent() -> str:
+    """The current span as a W3C ``traceparent`` (stored on a notification at its accept), or ""."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return ""
+    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
+
+
+def delivery_context(notification: Notification) -> otel_context.Context | None:
+    """The trace a notification's send and delivered line belong to: its request's. None: the
+    current one (the message's consumer span is in that trace already).
+
+    A message of ids from separate requests (a group commit) carries each id's context
+    (TRACES_OPTION). A notification claimed from the backlog, beside the ids of another request's
+    message (services/backlog.py), is in another trace than the current one: its accept's
+    ``traceparent``, stored on its row, continues its own."""
     message = CurrentMessage.get_current_message()
     carriers = message.options.get(TRACES_OPTION) if message is not None else None
-    carrier = carriers.get(notification_id) if carriers else None
-    return propagate.extract(carrier) if carrier else None
+    carrier = carriers.get(str(notification.pk)) if carriers else None
+    if carrier:
+        return propagate.extract(carrier)
+    if not notification.traceparent or notification.trace_id == current_trace_id():
+        return None
+    return propagate.extract({"traceparent": notification.traceparent})
 
 
 @contextlib.contextmanager
 def provider_span(notification: Notification, attempt_number: int) -> Iterator[Span]:
-    own = notification_context(str(notification.pk))
+    own = delivery_context(notification)
+    current = trace.get_current_span().get_span_context()
     with tracer.start_as_current_span(
         f"notification.send_{notification.channel}",
         context=own,  # None: a child of the message's consumer span
@@ -286,7 +304,7 @@ def provider_span(notification: Notification, attempt_number: int) -> Iterator[S
             "notification.attempt": attempt_number,
         },
         # In its request's trace, the send still points at the message that carried it.
-        links=[Link(trace.get_current_span().get_span_context())] if own is not None else None,
+        links=[Link(current)] if own is not None and current.is_valid else None,
     ) as span:
         yield span
 

@@ -167,7 +167,7 @@ _DRAMATIQ_MIDDLEWARE = [
     "dramatiq.middleware.CurrentMessage",
     "notifications.tracing.TraceContextMiddleware",
     "notifications.metrics.WorkerMetricsMiddleware",
-    "django_dramatiq.middleware.DbConnectionsMiddleware",
+    "notifications.connections.WorkerDbConnectionsMiddleware",
 ]
 if BROKER_IS_EMBEDDED:
     DRAMATIQ_BROKER = {

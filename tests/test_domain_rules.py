@@ -63,7 +63,7 @@ def test_rate_limit_waits_do_not_spend_the_retries_of_an_unexpected_error(
     broker retries (Dramatiq's Retries middleware counts every exception, Retry included)."""
     calls: list[str] = []
 
-    def deliver(*, notification_ids: list[Any]) -> dict[str, services.DeliveryOutcome]:
+    def deliver(*, notification_ids: list[Any], backlog_priority: str | None = None) -> dict[str, services.DeliveryOutcome]:
         assert notification_ids == ["any-id"]
         calls.append("wait" if len(calls) < 4 else "error")
         if len(calls) <= 4:

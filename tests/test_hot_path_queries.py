@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from notifications import services
 from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, OutcomeCount, Status
+from notifications.selectors import notifications_pending_delivery
 
 from .factories import make_api_client, make_recipient
 from .fakes import LocalSmtpServer, smtp_server_fixture  # noqa: F401  (fixture)
@@ -119,3 +120,33 @@ def test_a_worker_thread_sends_its_emails_over_one_kept_smtp_connection_and_reco
     send(3)
     assert len(smtp_server.received) == 4
     assert len({mail.peer for mail in smtp_server.received}) == 2
+
+
+def test_the_read_every_delivery_message_makes_is_planned_once_per_connection(no_publish: list[str]) -> None:
+    # A backlog's messages mostly find their notification sent already: this read is all they cost.
+    client, _ = make_api_client()
+    request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
+    accepted = services.notification_accept(client=client, request=request, idempotency_key="k5", fingerprint="f5")
+    for _ in range(3):
+        assert notifications_pending_delivery([accepted.notification_id])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements")
+        prepared = cursor.fetchall()
+    assert [runs for statement, runs in prepared if "notifications_notification" in statement] == [3], prepared
+
+
+def test_a_worker_thread_checks_its_database_connection_again_only_after_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from notifications.connections import WorkerDbConnectionsMiddleware
+
+    checks: list[bool] = []
+    real = connection.is_usable
+    monkeypatch.setattr(connection, "is_usable", lambda: checks.append(True) or real())
+    middleware = WorkerDbConnectionsMiddleware()
+    for _ in range(3):  # three messages, each reading once
+        middleware.before_process_message(None, None)
+        Notification.objects.exists()
+        middleware.after_process_message(None, None)
+    assert checks == []  # no SELECT 1 round trip before each message
+    connection.errors_occurred = True  # a message whose statement failed
+    middleware.after_process_message(None, None)
+    assert checks == [True] and connection.connection is not None

@@ -4,6 +4,7 @@ letters, processed events). Everything is importable from ``notifications.models
 
 from __future__ import annotations
 
+from .backlog import BacklogClaim
 from .broadcasts import Broadcast, BroadcastStatus, Topic, TopicSubscription
 from .captured import CapturedMessage
 from .clients import (
@@ -71,6 +72,7 @@ __all__ = [
     "inbox_item_fields",
     "ApiClient",
     "AttemptOutcome",
+    "BacklogClaim",
     "Broadcast",
     "BroadcastStatus",
     "CapturedMessage",

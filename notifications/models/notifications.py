@@ -11,6 +11,8 @@ from django.utils import timezone as django_timezone
 
 from ..errors import InvalidTransition
 from ..sql import CountInto, update_rows
+from .attempts import AttemptOutcome, DeliveryAttempt
+from .backlog import BacklogClaim, backlog_rows_sql
 from .clients import ApiClient
 from .content import Category, Channel
 from .outcome_counts import OUTCOME_COUNT_KEY, OutcomeCount
@@ -139,6 +141,9 @@ class Notification(models.Model):
     )
     provider_status_at = models.DateTimeField(null=True, blank=True, help_text="When the provider status last changed.")
     trace_id = models.CharField(max_length=32, blank=True, default="")
+    # The accept's W3C traceparent: a send claimed from the backlog, beside another notification's
+    # message, goes in its own request's trace (tracing.delivery_context).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(default=django_timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
@@ -201,6 +206,13 @@ class Notification(models.Model):
             ),
             # A digest's members, collected at its close; partial: most rows have none.
             models.Index(fields=["digest", "status"], name="notif_digest_status", condition=models.Q(digest__isnull=False)),
+            # A backlog claim's probe of each client's oldest due rows of a channel and priority
+            # (backlog.py); partial: only the pending rows, a small part of the table.
+            models.Index(
+                fields=["channel", "client", "priority", "next_attempt_at"],
+                name="notif_pending_due",
+                condition=models.Q(status__in=sorted(PENDING_STATUSES)),
+            ),
         ]
         constraints = [
             # One notification per subscriber of a broadcast, whatever a resumed fan-out re-reads
@@ -258,7 +270,12 @@ class Notification(models.Model):
 
     @classmethod
     def claim_for_delivery(
-        cls, notification_ids: list[Any], *, now: datetime, webhook_secret_grace_seconds: float = 0.0
+        cls,
+        notification_ids: list[Any],
+        *,
+        now: datetime,
+        webhook_secret_grace_seconds: float = 0.0,
+        backlog: BacklogClaim | None = None,
     ) -> list[Notification]:
         """Take pending notifications for one send each, in one ``UPDATE ... RETURNING``: status
         ``sending``, one more attempt, ``claimed_at = now``; those another worker won, or no longer
@@ -268,7 +285,10 @@ class Notification(models.Model):
 
         Several ids on PostgreSQL lock with ``FOR UPDATE SKIP LOCKED``: a row another transaction
         holds (another worker's claim of a duplicate message, a cancel) is left to it, and two
-        batches can never wait on each other. One id waits for the lock, then sees the outcome."""
+        batches can never wait on each other. One id waits for the lock, then sees the outcome.
+        With ``backlog`` (PostgreSQL only) the same statement also takes the rows it names
+        (models/backlog.py), every row with SKIP LOCKED: a claim that waited for its own id while
+        holding backlog rows could deadlock with the claim holding that id."""
         sources = sorted(PENDING_STATUSES)  # each may move to sending (TRANSITIONS)
         quote = connection.ops.quote_name
         table, clients = quote(cls._meta.db_table), quote(ApiClient._meta.db_table)
@@ -277,12 +297,21 @@ class Notification(models.Model):
         ids = [cls._meta.pk.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]  # type: ignore[union-attr]
         marks, status_marks = ", ".join(["%s"] * len(ids)), ", ".join(["%s"] * len(sources))
         wanted = f"{table}.id IN ({marks}) AND {table}.status IN ({status_marks})"
-        if len(ids) > 1 and connection.vendor == "postgresql":
+        params: list[Any] = [*ids, *sources]
+        prefix = ""
+        if backlog is not None:
+            extra_sql, extra_params = backlog_rows_sql(table=table, pending=sources, own=ids, backlog=backlog)
+            # A data-modifying statement's CTEs: each its own lock; the UPDATE takes their union.
+            own = f"SELECT id FROM {table} WHERE {wanted} ORDER BY id FOR UPDATE SKIP LOCKED"
+            prefix = f"WITH own AS ({own}), backlog AS ({extra_sql}) "
+            wanted = f"{table}.id IN (SELECT id FROM own UNION ALL SELECT id FROM backlog)"
+            params += extra_params
+        elif len(ids) > 1 and connection.vendor == "postgresql":
             wanted = f"{table}.id IN (SELECT id FROM {table} WHERE {wanted} ORDER BY id FOR UPDATE SKIP LOCKED)"
         # The client's fields as subqueries, not UPDATE ... FROM: SQLite cannot return the FROM
         # table's columns, and this runs on the embedded default too.
         sql = (
-            f"UPDATE {table} SET status = %s, claimed_at = %s, updated_at = %s, attempt_count = attempt_count + 1 "
+            f"{prefix}UPDATE {table} SET status = %s, claimed_at = %s, updated_at = %s, attempt_count = attempt_count + 1 "
             f"WHERE {wanted} "
             f"RETURNING {columns}, "
             f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
@@ -296,7 +325,9 @@ class Notification(models.Model):
         )
         stamp = connection.ops.adapt_datetimefield_value(now)
         grace_start = connection.ops.adapt_datetimefield_value(now - timedelta(seconds=webhook_secret_grace_seconds))
-        return list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, *ids, *sources, grace_start]))
+        if backlog is not None:
+            return list(cls.objects.raw(sql, [*params, Status.SENDING, stamp, stamp, grace_start]))
+        return list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, *params, grace_start]))
 
     @classmethod
     def claims_release(cls, notification_ids: list[Any], *, claimed_at: datetime) -> int:
@@ -343,36 +374,3 @@ class Notification(models.Model):
             where={"status": source, "claimed_at": claimed_at},
             count_into=CountInto(OutcomeCount, OUTCOME_COUNT_KEY, counted) if counted else None,
         )
-
-
-class AttemptOutcome(models.TextChoices):
-    IN_PROGRESS = "in_progress"
-    DELIVERED = "delivered"
-    TRANSIENT_ERROR = "transient_error"
-    PERMANENT_ERROR = "permanent_error"
-    INTERRUPTED = "interrupted"
-
-
-class DeliveryAttempt(models.Model):
-    """One try at handing a notification to its provider; never edited after it finishes."""
-
-    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts")
-    number = models.PositiveIntegerField()
-    started_at = models.DateTimeField(default=django_timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, default=AttemptOutcome.IN_PROGRESS)
-    error_class = models.CharField(max_length=255, blank=True, default="")
-    error_message = models.TextField(blank=True, default="")
-    provider_response = models.TextField(blank=True, default="", help_text="A short summary of what the provider answered.")
-    duration_ms = models.PositiveIntegerField(null=True, blank=True)
-    # The channel and provider account this try went through: a fallback route changes channels,
-    # provider failover changes accounts ("" on attempts made before either existed).
-    channel = models.CharField(max_length=16, blank=True, default="")
-    account = models.CharField(max_length=255, blank=True, default="")
-
-    class Meta:
-        ordering = ["notification", "number"]
-        constraints = [models.UniqueConstraint(fields=["notification", "number"], name="attempt_unique_number")]
-
-    def __str__(self) -> str:
-        return f"attempt {self.number} of {self.notification_id}: {self.outcome}"

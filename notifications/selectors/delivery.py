@@ -3,6 +3,7 @@ on now, the suppressed ones of a batch of addresses, the rows a sweep takes in t
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,11 +15,13 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from ..connections import prepared_cursor
 from ..models import (
     PENDING_STATUSES,
     Category,
     Notification,
     Recipient,
+    Status,
     Suppression,
 )
 
@@ -49,43 +52,21 @@ def notification_pending_delivery(notification_id: Any) -> PendingDelivery | Non
     return notifications_pending_delivery([notification_id]).get(str(notification_id))
 
 
-def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, PendingDelivery]:
+def notifications_pending_delivery(notification_ids: list[Any], *, claimed: bool = False) -> dict[str, PendingDelivery]:
     """Those of ``notification_ids`` still pending, by id, with their consent inputs, in one query.
+    ``claimed``: those in ``sending`` instead (a backlog claim's rows, read after the claim).
 
     Written in SQL: every delivery runs it, and as a queryset with a subquery per recipient field
-    Django spent longer building it than PostgreSQL running it (a third of a single delivery)."""
-    quote = connection.ops.quote_name
-
-    def col(model: type[models.Model], name: str) -> str:
-        field: Any = model._meta.get_field(name)
-        return quote(str(field.column))
-
+    Django spent longer building it than PostgreSQL running it (a third of a single delivery).
+    Prepared (sql.prepared_cursor): every message runs it, most of them during a backlog finding
+    nothing, and PostgreSQL would otherwise plan its joins each time."""
     pk_field: Any = Notification._meta.pk
     ids = [pk_field.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]
     if not ids:
         return {}
-    sources = sorted(PENDING_STATUSES)
-    n, c, r, s = (
-        quote(Notification._meta.db_table),
-        quote(Category._meta.db_table),
-        quote(Recipient._meta.db_table),
-        quote(Suppression._meta.db_table),
-    )
-    sql = (
-        f"SELECT n.{col(Notification, 'id')}, n.{col(Notification, 'channel')}, n.{col(Notification, 'next_attempt_at')}, "
-        f"n.{col(Notification, 'route')}, c.{col(Category, 'key')}, c.{col(Category, 'critical')}, "
-        f"c.{col(Category, 'default_enabled')}, r.{col(Recipient, 'preferences')}, r.{col(Recipient, 'quiet_hours')}, "
-        f"r.{col(Recipient, 'timezone')}, n.{col(Notification, 'client')}, "
-        f"(SELECT s.{col(Suppression, 'reason')} FROM {s} s WHERE s.{col(Suppression, 'client')} = n.{col(Notification, 'client')} "
-        f"AND s.{col(Suppression, 'channel')} = n.{col(Notification, 'channel')} "
-        f"AND s.{col(Suppression, 'address')} = n.{col(Notification, 'address')} LIMIT 1) "
-        f"FROM {n} n LEFT JOIN {c} c ON c.{col(Category, 'id')} = n.{col(Notification, 'category')} "
-        f"LEFT JOIN {r} r ON r.{col(Recipient, 'client')} = n.{col(Notification, 'client')} "
-        f"AND r.{col(Recipient, 'user_id')} = n.{col(Notification, 'user_id')} "
-        f"WHERE n.{col(Notification, 'id')} IN ({', '.join(['%s'] * len(ids))}) "
-        f"AND n.{col(Notification, 'status')} IN ({', '.join(['%s'] * len(sources))})"
-    )
-    with connection.cursor() as cursor:
+    sources = [Status.SENDING] if claimed else sorted(PENDING_STATUSES)
+    sql = _pending_delivery_sql(len(ids), len(sources))
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [*ids, *sources])
         rows = cursor.fetchall()
     json_value: Any = Recipient._meta.get_field("preferences").from_db_value  # type: ignore[union-attr]
@@ -118,6 +99,37 @@ def notifications_pending_delivery(notification_ids: list[Any]) -> dict[str, Pen
             client_id=client,
         )
     return pending
+
+
+@functools.cache
+def _pending_delivery_sql(ids: int, statuses: int) -> str:
+    """The statement of notifications_pending_delivery for so many ids and statuses: made once."""
+    quote = connection.ops.quote_name
+
+    def col(model: type[models.Model], name: str) -> str:
+        field: Any = model._meta.get_field(name)
+        return quote(str(field.column))
+
+    n, c, r, s = (
+        quote(Notification._meta.db_table),
+        quote(Category._meta.db_table),
+        quote(Recipient._meta.db_table),
+        quote(Suppression._meta.db_table),
+    )
+    return (
+        f"SELECT n.{col(Notification, 'id')}, n.{col(Notification, 'channel')}, n.{col(Notification, 'next_attempt_at')}, "
+        f"n.{col(Notification, 'route')}, c.{col(Category, 'key')}, c.{col(Category, 'critical')}, "
+        f"c.{col(Category, 'default_enabled')}, r.{col(Recipient, 'preferences')}, r.{col(Recipient, 'quiet_hours')}, "
+        f"r.{col(Recipient, 'timezone')}, n.{col(Notification, 'client')}, "
+        f"(SELECT s.{col(Suppression, 'reason')} FROM {s} s WHERE s.{col(Suppression, 'client')} = n.{col(Notification, 'client')} "
+        f"AND s.{col(Suppression, 'channel')} = n.{col(Notification, 'channel')} "
+        f"AND s.{col(Suppression, 'address')} = n.{col(Notification, 'address')} LIMIT 1) "
+        f"FROM {n} n LEFT JOIN {c} c ON c.{col(Category, 'id')} = n.{col(Notification, 'category')} "
+        f"LEFT JOIN {r} r ON r.{col(Recipient, 'client')} = n.{col(Notification, 'client')} "
+        f"AND r.{col(Recipient, 'user_id')} = n.{col(Notification, 'user_id')} "
+        f"WHERE n.{col(Notification, 'id')} IN ({', '.join(['%s'] * ids)}) "
+        f"AND n.{col(Notification, 'status')} IN ({', '.join(['%s'] * statuses)})"
+    )
 
 
 def _aware(value: Any) -> datetime | None:

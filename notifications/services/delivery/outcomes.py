@@ -11,7 +11,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ... import metrics
+from ... import metrics, tracing
+from ...channels import SendResult
 from ...conf import get_config
 from ...errors import (
     PermanentChannelError,
@@ -25,7 +26,9 @@ from ...models import (
     Status,
     StatusEventType,
 )
-from ..policy.routing import channel_attempt_count, route_advance, route_fields
+from ...sql import update_rows
+from ..feedback.provider_feedback import provider_status_reported_record
+from ..policy.routing import channel_attempt_count, route_advance, route_fields, routes_delivered
 from ..policy.suppressions import suppression_from_permanent_error
 from ..records.outbox import notification_publish
 from ..records.outcome_counts import failure_reason_of, outcome_counts_add, outcome_key
@@ -186,3 +189,93 @@ def schedule_retry_or_dead_letter(
         notification.enqueued_at = now
         transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
     return "retrying"
+
+
+@dataclass
+class Sent:
+    """A send the provider took, not yet recorded."""
+
+    notification: Notification
+    attempt: DeliveryAttempt
+    result: SendResult
+    seconds: float
+
+
+def deliveries_record(sent: list[Sent]) -> dict[str, DeliveryOutcome]:
+    """Record the deliveries of one chunk in one transaction: the attempts in one UPDATE, the
+    notifications in another (each still in the claim it was sent under)."""
+    if not sent:
+        return {}
+    now = timezone.now()
+    for item in sent:
+        attempt = item.attempt
+        attempt.outcome = AttemptOutcome.DELIVERED
+        attempt.finished_at = now
+        attempt.duration_ms = int(item.seconds * 1000)
+        attempt.provider_response = item.result.response_summary[:2000]
+    claims: dict[datetime, dict[Any, str]] = {}
+    for item in sent:
+        claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
+    # The dashboard's counter each adds one to, in the statement that marks it delivered.
+    counted = {
+        item.notification.pk: outcome_key(item.notification, Status.DELIVERED, account=item.attempt.account, delivered_at=now)
+        for item in sent
+    }
+    with transaction.atomic():
+        update_rows(
+            DeliveryAttempt,
+            {
+                item.attempt.pk: {
+                    "duration_ms": item.attempt.duration_ms,
+                    "provider_response": item.attempt.provider_response,
+                    "account": item.attempt.account,
+                }
+                for item in sent
+            },
+            same={"outcome": AttemptOutcome.DELIVERED, "finished_at": now},
+        )
+        finished: set[Any] = set()
+        for at, ids in claims.items():
+            finished |= Notification.deliveries_finish(
+                ids, claimed_at=at, delivered_at=now, counted={pk: counted[pk] for pk in ids}
+            )
+        routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
+        lost = {str(item.notification.pk) for item in sent} - {str(pk) for pk in finished}
+        # No statement unless a client has a status webhook (the claim returned its URL).
+        delivered = [item.notification for item in sent if str(item.notification.pk) not in lost]
+        status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
+    outcomes: dict[str, DeliveryOutcome] = {}
+    for item in sent:
+        pk = str(item.notification.pk)
+        with tracing.context_attached(tracing.delivery_context(item.notification)):  # its line in its own trace
+            outcomes[pk] = _delivery_recorded(item, lost=pk in lost)
+        if item.result.provider_status and pk not in lost:
+            # A status the provider reported with its answer (the capture sink's reserved
+            # addresses), recorded after the delivery as its callback would be.
+            provider_status_reported_record(notification=item.notification, status=item.result.provider_status)
+    return outcomes
+
+
+def _delivery_recorded(item: Sent, *, lost: bool) -> DeliveryOutcome:
+    """The metrics and log line of one delivery recorded by _deliveries_record, and its outcome."""
+    notification, pk = item.notification, str(item.notification.pk)
+    mode = metrics.mode_of(notification)
+    metrics.record_attempt(
+        channel=notification.channel,
+        outcome=AttemptOutcome.DELIVERED,
+        seconds=item.seconds,
+        account=item.attempt.account,
+        mode=mode,
+    )
+    if lost:
+        # The provider took it, but only after the sweeper had given this send up for lost:
+        # the attempt says delivered, the notification follows its newer claim (it may go twice).
+        logger.warning(
+            "notification %s was delivered after its claim was recovered; it may be sent again",
+            pk,
+            extra={"notification_id": pk},
+        )
+        return DeliveryOutcome("skipped", item.attempt.number)
+    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at, mode=mode)
+    logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
+    return DeliveryOutcome("delivered", item.attempt.number)

@@ -3,23 +3,23 @@
 One notification or a batch (a message carries the ids enqueued together, services/records/outbox.py)
 go the same way, in chunks: one query reads what consent needs, one ``UPDATE ... RETURNING``
 (with the attempts' insert) claims a chunk, each notification is sent on its own (its own
-attempt row, rate-limit slot and span), and one transaction records the chunk's deliveries.
-A failed send is recorded on its own at once (outcomes.py): its retry or dead letter is its own.
+attempt row, rate-limit slot and span), and one transaction records the chunk's deliveries
+(outcomes.py). A failed send is recorded on its own at once: its retry or dead letter is its own.
+A worker's message also claims the queue's backlog beside its ids (backlog.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
 
 from ... import metrics, tracing
-from ...channels import OutgoingMessage, SendResult, channel_spec
+from ...channels import OutgoingMessage, channel_spec
 from ...channels.base import Provider
 from ...channels.providers import provider_account
 from ...concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
@@ -28,17 +28,13 @@ from ...errors import (
     PermanentChannelError,
     TransientChannelError,
 )
-from ...models import AttemptOutcome, DeliveryAttempt, Notification, Status, StatusEventType
+from ...models import BacklogClaim, DeliveryAttempt, Notification
 from ...ratelimit import Reservation, reserve_send_slot
 from ...selectors import notifications_pending_delivery
-from ...sql import update_rows
-from ..feedback.provider_feedback import provider_status_reported_record
-from ..policy.routing import routes_delivered
-from ..records.outcome_counts import outcome_key
-from ..records.status_events import status_event_record
+from .backlog import Admitted, backlog_admit, backlog_claim_for, backlog_order
 from .capture import CaptureSink, notification_is_test
 from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
-from .outcomes import DeliveryOutcome, record_permanent_failure, record_transient_failure
+from .outcomes import DeliveryOutcome, Sent, deliveries_record, record_permanent_failure, record_transient_failure
 from .withhold import consent_before_send
 
 logger = logging.getLogger("notifications.services")
@@ -51,6 +47,9 @@ CHUNK_SECONDS = 2.0
 FIRST_CHUNK = 5
 # Past this, what is left of a batch goes back on the queue (well inside the 120 s time limit).
 BATCH_SECONDS = 60.0
+# channel -> seconds a send of it took lately in this process (its last chunk's): sizes the next
+# chunk, and the backlog a claim takes.
+_send_seconds: dict[str, float] = {}
 
 
 class SendRateLimited(Exception):
@@ -61,16 +60,6 @@ class SendRateLimited(Exception):
         super().__init__(f"rate limited; retry in {retry_after:.3f}s")
         self.retry_after = retry_after
         self.notification_ids = list(notification_ids or [])
-
-
-@dataclass
-class _Sent:
-    """A send the provider took, not yet recorded."""
-
-    notification: Notification
-    attempt: DeliveryAttempt
-    result: SendResult
-    seconds: float
 
 
 def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
@@ -85,9 +74,13 @@ def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     return notifications_deliver(notification_ids=[notification_id])[str(notification_id)]
 
 
-def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryOutcome]:
+def notifications_deliver(*, notification_ids: list[Any], backlog_priority: str | None = None) -> dict[str, DeliveryOutcome]:
     """Deliver those of ``notification_ids`` still pending and due; their outcomes by id. Raises
-    SendRateLimited, after everything else is recorded, with the ids that found no send slot."""
+    SendRateLimited, after everything else is recorded, with the ids that found no send slot.
+
+    ``backlog_priority``: the priority of the queue the message came from (a worker's message).
+    Its first claim then also takes other due notifications of that queue (services/backlog.py),
+    whose outcomes are returned too, and which come back with these ids when they find no slot."""
     ids = list(dict.fromkeys(str(pk) for pk in notification_ids))
     outcomes = dict.fromkeys(ids, DeliveryOutcome("skipped"))
     # The pending check also reads what consent depends on now, in the same one query.
@@ -109,6 +102,7 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
     come_back: list[str] = []
     retry_after = 0.0
     started = time.monotonic()
+    own = sum(len(waiting) for waiting in by_channel.values())
     for (channel, client_id), waiting in by_channel.items():
         chunk = 1 if len(waiting) == 1 else FIRST_CHUNK
         while waiting:
@@ -117,20 +111,27 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
                 retry_after = max(retry_after, 0.001)
                 break
             taken, waiting = waiting[:chunk], waiting[chunk:]
+            # The message's first claim takes the backlog beside its ids, up to a chunk's worth in all.
+            backlog = backlog_claim_for(channel=channel, priority=backlog_priority, own=own, size=_paced_chunk(channel))
+            backlog_priority = None
             chunk_started = time.monotonic()
-            left, wait, turn_waiting = _chunk_deliver(
-                channel, taken, outcomes, deadline=started + BATCH_SECONDS, client_id=client_id
+            done = _chunk_deliver(
+                channel, taken, outcomes, deadline=started + BATCH_SECONDS, client_id=client_id, backlog=backlog
             )
-            if turn_waiting:
+            if done.turn_waiting:
                 # Their client's webhook turns are all out: they come back in a moment, the rest go on.
-                come_back += turn_waiting
+                come_back += done.turn_waiting
                 retry_after = max(retry_after, TURN_WAIT_SECONDS)
-            if left:
-                come_back += left + waiting
-                retry_after = max(retry_after, wait)
+            if done.given_back:
+                come_back += done.given_back  # backlog rows without a slot: their messages may be gone
+                retry_after = max(retry_after, done.wait)
+            if done.left:
+                come_back += done.left + waiting
+                retry_after = max(retry_after, done.wait)
                 break
-            per_send = (time.monotonic() - chunk_started) / len(taken)
-            chunk = max(1, min(get_config().delivery_batch_size, int(CHUNK_SECONDS / max(per_send, 1e-4))))
+            if done.tried:
+                _send_seconds[channel] = (time.monotonic() - chunk_started) / done.tried
+            chunk = _paced_chunk(channel)
     if come_back and retry_after > get_config().broker_delay_max_seconds:
         # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
         _hold(come_back, seconds=retry_after, outcomes=outcomes)
@@ -139,12 +140,29 @@ def notifications_deliver(*, notification_ids: list[Any]) -> dict[str, DeliveryO
     return outcomes
 
 
+class _ChunkDone(NamedTuple):
+    """What a chunk left: its ids that found no slot or no time (``left``) and when to come back
+    (``wait``); those whose client had no webhook turn free (concurrency.py); the backlog rows
+    given back without a slot; how many sends were tried."""
+
+    left: list[str]
+    wait: float
+    turn_waiting: list[str]
+    given_back: list[str]
+    tried: int
+
+
 def _chunk_deliver(
-    channel: str, ids: list[str], outcomes: dict[str, DeliveryOutcome], *, deadline: float, client_id: Any = None
-) -> tuple[list[str], float, list[str]]:
-    """Slots, claim, sends and records of one chunk of a channel and client; returns the ids that
-    found no slot, or no time before ``deadline``, and when to come back for them; and the ids
-    whose client had no webhook turn free (concurrency.py), given back unsent too."""
+    channel: str,
+    ids: list[str],
+    outcomes: dict[str, DeliveryOutcome],
+    *,
+    deadline: float,
+    client_id: Any = None,
+    backlog: BacklogClaim | None = None,
+) -> _ChunkDone:
+    """Slots, claim, sends and records of one chunk of a channel and client (and of the backlog
+    rows its claim took beside it). Every id not delivered or decided is given back unsent."""
     reservation = reserve_send_slot(
         channel_spec(channel).rate_limit_bucket,
         account=provider_account(channel),
@@ -158,23 +176,35 @@ def _chunk_deliver(
             # consumer timeout for a slow limit (10/m in tests/test_faults.py, 1/h in production):
             # the channel is closed and every unacked message on it comes back.
             _hold(ids, seconds=reservation.wait_seconds, outcomes=outcomes)
-            return [], 0.0, []
-        return ids, reservation.wait_seconds, []
+            return _ChunkDone([], 0.0, [], [], 0)
+        return _ChunkDone(ids, reservation.wait_seconds, [], [], 0)
     slotted, left = ids[: reservation.slots], ids[reservation.slots :]
     reserved_at = time.monotonic()
-    claimed = _notifications_claim(slotted)
+    claimed = _notifications_claim(slotted, backlog=backlog if not left else None)
+    # Each send's slot: when its reservation was made and how long after it the slot is.
+    slots = {pk: (reserved_at, reservation.slot_wait(index)) for index, pk in enumerate(slotted)}
+    admitted = Admitted()
+    extras = [pair for pair in claimed if str(pair[0].pk) not in slots]
+    if extras:
+        admitted = backlog_admit(channel=channel, claimed=extras, claimed_at=extras[0][1].started_at, outcomes=outcomes)
+        slots.update(admitted.slots)
+        claimed = [pair for pair in claimed if str(pair[0].pk) in slots]
+        # The claim's slots, earliest first, go to its rows in the claim's order (priority, turns, due).
+        earliest = sorted((slots[str(n.pk)] for n, _ in claimed), key=sum)
+        slots = {str(n.pk): slot for (n, _), slot in zip(claimed, earliest, strict=True)}
     # No send starts on a claim the sweeper could take back (SENDING_TIMEOUT_SECONDS) before the
     # send's deadline has passed: it would be sent twice.
     config = get_config()
     last_start = min(deadline, time.monotonic() + config.sending_timeout_seconds - config.send_deadline_seconds)
-    sent: list[_Sent] = []
+    sent: list[Sent] = []
     turn_waiting: list[Notification] = []
     tried = 0
     try:
-        for index, (notification, attempt) in enumerate(claimed):
+        for notification, attempt in claimed:
             if time.monotonic() > last_start:
                 break  # a slow provider: what is left goes back rather than past the time limit
-            pause = reserved_at + reservation.slot_wait(index) - time.monotonic()
+            slot_reserved_at, slot_wait = slots[str(notification.pk)]
+            pause = slot_reserved_at + slot_wait - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
             tried += 1
@@ -187,7 +217,7 @@ def _chunk_deliver(
             finally:
                 if isinstance(turn, WebhookTurn):
                     turn.release()
-            if isinstance(result, _Sent):
+            if isinstance(result, Sent):
                 sent.append(result)
             else:
                 outcomes[str(notification.pk)] = result
@@ -195,12 +225,22 @@ def _chunk_deliver(
         # Whatever ended the loop (the deadline, an error, the actor's time limit), the sends the
         # provider took are recorded and the claims never tried are given back, not left in
         # ``sending`` for the sweeper to count as interrupted attempts.
-        outcomes.update(_deliveries_record(sent))
+        outcomes.update(deliveries_record(sent))
         untried = [notification for notification, _ in claimed[tried:]]
         if untried or turn_waiting:
             Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
     left = [str(n.pk) for n in untried] + left
-    return left, max(_come_back_after(reservation, left), 0.001 if untried else 0.0), [str(n.pk) for n in turn_waiting]
+    wait = max(_come_back_after(reservation, left), 0.001 if untried else 0.0, admitted.wait)
+    return _ChunkDone(left, wait, [str(n.pk) for n in turn_waiting], admitted.given_back, tried)
+
+
+def _paced_chunk(channel: str) -> int:
+    """How many sends of ``channel`` take about CHUNK_SECONDS at its pace lately; FIRST_CHUNK
+    before any was measured."""
+    per_send = _send_seconds.get(channel)
+    if per_send is None:
+        return FIRST_CHUNK
+    return max(1, min(get_config().delivery_batch_size, int(CHUNK_SECONDS / max(per_send, 1e-4))))
 
 
 def _client_turn(notification: Notification) -> WebhookTurn | bool | None:
@@ -225,18 +265,22 @@ def _come_back_after(reservation: Reservation, left: list[str]) -> float:
     return max(0.001, reservation.slot_wait(reservation.slots) - 1.0) if left else 0.0
 
 
-def _notifications_claim(ids: list[str]) -> list[tuple[Notification, DeliveryAttempt]]:
-    """Atomically take the notifications for this worker; those another worker got are left out."""
+def _notifications_claim(ids: list[str], *, backlog: BacklogClaim | None = None) -> list[tuple[Notification, DeliveryAttempt]]:
+    """Atomically take the notifications for this worker (and the ``backlog`` rows beside them);
+    those another worker got are left out."""
     now = timezone.now()
     with transaction.atomic():
         notifications = Notification.claim_for_delivery(
-            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds
+            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds, backlog=backlog
         )
         if not notifications:
             return []
-        # Sent in the order they were enqueued in (RETURNING has none of its own).
-        position = {pk: index for index, pk in enumerate(ids)}
-        notifications.sort(key=lambda n: position[str(n.pk)])
+        # Sent in the order they were enqueued in, or the backlog's (RETURNING has none of its own).
+        if backlog is not None:
+            notifications = backlog_order(notifications, priorities=backlog.priorities)
+        else:
+            position = {pk: index for index, pk in enumerate(ids)}
+            notifications.sort(key=lambda n: position[str(n.pk)])
         attempts = DeliveryAttempt.objects.bulk_create(
             DeliveryAttempt(notification=n, number=n.last_attempt_number + 1, started_at=now, channel=n.channel)
             for n in notifications
@@ -244,7 +288,7 @@ def _notifications_claim(ids: list[str]) -> list[tuple[Notification, DeliveryAtt
     return list(zip(notifications, attempts, strict=True))
 
 
-def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> _Sent | DeliveryOutcome:
+def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> Sent | DeliveryOutcome:
     """Call the provider; a failure is recorded here and now, a success is returned to record."""
     message = OutgoingMessage(
         notification_id=str(notification.pk),
@@ -301,84 +345,4 @@ def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> 
             return record_transient_failure(notification, attempt, exc, started)
         tracing.record_outcome(span, "delivered")
     provider_send_record(notification.channel, attempt.account, ok=True)
-    return _Sent(notification, attempt, result, time.monotonic() - started)
-
-
-def _deliveries_record(sent: list[_Sent]) -> dict[str, DeliveryOutcome]:
-    """Record the deliveries of one chunk in one transaction: the attempts in one UPDATE, the
-    notifications in another (each still in the claim it was sent under)."""
-    if not sent:
-        return {}
-    now = timezone.now()
-    for item in sent:
-        attempt = item.attempt
-        attempt.outcome = AttemptOutcome.DELIVERED
-        attempt.finished_at = now
-        attempt.duration_ms = int(item.seconds * 1000)
-        attempt.provider_response = item.result.response_summary[:2000]
-    claims: dict[datetime, dict[Any, str]] = {}
-    for item in sent:
-        claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
-    # The dashboard's counter each adds one to, in the statement that marks it delivered.
-    counted = {
-        item.notification.pk: outcome_key(item.notification, Status.DELIVERED, account=item.attempt.account, delivered_at=now)
-        for item in sent
-    }
-    with transaction.atomic():
-        update_rows(
-            DeliveryAttempt,
-            {
-                item.attempt.pk: {
-                    "duration_ms": item.attempt.duration_ms,
-                    "provider_response": item.attempt.provider_response,
-                    "account": item.attempt.account,
-                }
-                for item in sent
-            },
-            same={"outcome": AttemptOutcome.DELIVERED, "finished_at": now},
-        )
-        finished: set[Any] = set()
-        for at, ids in claims.items():
-            finished |= Notification.deliveries_finish(
-                ids, claimed_at=at, delivered_at=now, counted={pk: counted[pk] for pk in ids}
-            )
-        routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
-        lost = {str(item.notification.pk) for item in sent} - {str(pk) for pk in finished}
-        # No statement unless a client has a status webhook (the claim returned its URL).
-        delivered = [item.notification for item in sent if str(item.notification.pk) not in lost]
-        status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
-    outcomes: dict[str, DeliveryOutcome] = {}
-    for item in sent:
-        pk = str(item.notification.pk)
-        with tracing.context_attached(tracing.notification_context(pk)):  # its line in its own trace
-            outcomes[pk] = _delivery_recorded(item, lost=pk in lost)
-        if item.result.provider_status and pk not in lost:
-            # A status the provider reported with its answer (the capture sink's reserved
-            # addresses), recorded after the delivery as its callback would be.
-            provider_status_reported_record(notification=item.notification, status=item.result.provider_status)
-    return outcomes
-
-
-def _delivery_recorded(item: _Sent, *, lost: bool) -> DeliveryOutcome:
-    """The metrics and log line of one delivery recorded by _deliveries_record, and its outcome."""
-    notification, pk = item.notification, str(item.notification.pk)
-    mode = metrics.mode_of(notification)
-    metrics.record_attempt(
-        channel=notification.channel,
-        outcome=AttemptOutcome.DELIVERED,
-        seconds=item.seconds,
-        account=item.attempt.account,
-        mode=mode,
-    )
-    if lost:
-        # The provider took it, but only after the sweeper had given this send up for lost:
-        # the attempt says delivered, the notification follows its newer claim (it may go twice).
-        logger.warning(
-            "notification %s was delivered after its claim was recovered; it may be sent again",
-            pk,
-            extra={"notification_id": pk},
-        )
-        return DeliveryOutcome("skipped", item.attempt.number)
-    metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at, mode=mode)
-    logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
-    return DeliveryOutcome("delivered", item.attempt.number)
+    return Sent(notification, attempt, result, time.monotonic() - started)

@@ -14,7 +14,7 @@ from django.db import transaction
 from ... import metrics
 from ...models import PENDING_STATUSES, Category, Notification, Status, StatusEventType
 from ...selectors import PendingDelivery
-from ..policy.consent import Consent, consent_decide
+from ..policy.consent import consent_decide
 from ..policy.routing import route_advance, route_fields
 from ..records.status_events import status_event_record
 from .outcomes import DeliveryOutcome
@@ -27,27 +27,40 @@ def consent_before_send(*, notification_id: Any, pending: PendingDelivery, now: 
     no provider call, no rate-limit slot for either; each is one conditional UPDATE, so a cancel
     or another worker's claim in between wins cleanly. A fallback notification withheld on its
     channel moves on to its next one instead (``fallback``); only its last is suppressed."""
-    # The address bounced or complained since accept (services/policy/suppressions.py): never sent.
-    reason = pending.suppression_reason
-    consent = Consent()
-    # A notification accepted before categories existed is sent as it was accepted.
-    if not reason and pending.category_key is not None:
-        category = Category(key=pending.category_key, critical=pending.critical, default_enabled=pending.default_enabled)
-        consent = consent_decide(
-            category=category,
-            channel=pending.channel,
-            preferences=pending.preferences,
-            quiet_hours=pending.quiet_hours,
-            timezone=pending.timezone,
-            due_at=now,
-        )
-        reason = consent.suppressed_reason
+    reason, hold_until = _consent_now(pending, now)
     if reason:
         return _channel_withhold(notification_id=notification_id, pending=pending, reason=reason)
-    if consent.hold_until is not None:
-        Notification.hold(notification_id, until=consent.hold_until)
+    if hold_until is not None:
+        Notification.hold(notification_id, until=hold_until)
         return DeliveryOutcome("held")
     return None
+
+
+def consent_withholds(*, pending: PendingDelivery, now: datetime) -> bool:
+    """Whether consent_before_send would suppress or hold it now: asked of a row claimed from the
+    backlog, whose claim must be given back before it is (services/delivery/backlog.py)."""
+    reason, hold_until = _consent_now(pending, now)
+    return bool(reason) or hold_until is not None
+
+
+def _consent_now(pending: PendingDelivery, now: datetime) -> tuple[str, datetime | None]:
+    """Why it may not go on its channel now (""), and until when it waits (None: it may go now)."""
+    # The address bounced or complained since accept (services/policy/suppressions.py): never sent.
+    if pending.suppression_reason:
+        return pending.suppression_reason, None
+    # A notification accepted before categories existed is sent as it was accepted.
+    if pending.category_key is None:
+        return "", None
+    category = Category(key=pending.category_key, critical=pending.critical, default_enabled=pending.default_enabled)
+    consent = consent_decide(
+        category=category,
+        channel=pending.channel,
+        preferences=pending.preferences,
+        quiet_hours=pending.quiet_hours,
+        timezone=pending.timezone,
+        due_at=now,
+    )
+    return consent.suppressed_reason, None if consent.suppressed_reason else consent.hold_until
 
 
 def _channel_withhold(*, notification_id: Any, pending: PendingDelivery, reason: str) -> DeliveryOutcome:

@@ -197,6 +197,7 @@ def _digest_notification(*, digest: Digest, items: list[Any], now: datetime) -> 
         next_attempt_at=now,
         idempotency_key=f"digest:{digest.pk}",
         trace_id=tracing.current_trace_id(),
+        traceparent=tracing.current_traceparent(),
         created_at=now,
         digest=digest,
         template_key=digest.template_key,

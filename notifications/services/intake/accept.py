@@ -348,6 +348,7 @@ def notification_new(
         send_at=request.send_at,
         idempotency_key=idempotency_key,
         trace_id=tracing.current_trace_id(),
+        traceparent=tracing.current_traceparent(),
         action_url=request.action_url,
         thread_key=request.thread_key,
         created_at=now,

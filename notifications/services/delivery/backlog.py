@@ -1,0 +1,135 @@
+"""Workers batch whatever backlog they find: the claim of a message's ids also takes other due
+notifications of its queue (models/backlog.py), so single accepts waiting in a queue are sent and
+recorded fifty at a time, and the messages that named them then find nothing (one read each).
+
+The claim comes before these rows' consent check and rate-limit slots (it is what picks them), so
+both follow it: a row that may not go now is given back and then held or suppressed as usual, and
+a row without a slot is given back and comes back with the message in hand. A channel whose slots
+ran short takes no backlog for a while, so a claim never takes many rows only to give them back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from ... import metrics
+from ...channels import channel_spec
+from ...channels.providers import provider_account
+from ...conf import get_config
+from ...models import BacklogClaim, DeliveryAttempt, Notification
+from ...ratelimit import reserve_send_slot
+from ...selectors import notifications_pending_delivery
+from .outcomes import DeliveryOutcome
+from .withhold import consent_before_send, consent_withholds
+
+# A row due this long and still pending is a backlog: its message is behind others in the queue (or
+# was lost). One due more recently has its message on the way; taking it would only leave that
+# message nothing to do and send the row outside its own message's consumer span.
+BACKLOG_AFTER_SECONDS = 1.0
+
+# What a message's queue takes beside its ids: the high queue its own priority; the bulk queue the
+# high priority first, then its own, so a claim never sends bulk while high is due.
+QUEUE_PRIORITIES = {"high": ("high",), "bulk": ("high", "bulk")}
+
+# channel -> time.monotonic() before which this process takes no backlog of it (its slots ran short).
+_paused_until: dict[str, float] = {}
+
+
+def backlog_claim_for(*, channel: str, priority: str | None, own: int, size: int) -> BacklogClaim | None:
+    """What a claim of ``own`` ids of ``channel``, from the queue of ``priority``, takes beside
+    them: up to ``size`` rows in all (about a chunk's worth of sends, delivery.CHUNK_SECONDS).
+    None: only its own ids, as on SQLite, which has no ``FOR UPDATE SKIP LOCKED`` to step around
+    rows another claim holds (the embedded default has one process, and its in-process queue
+    has no backlog behind a broker's prefetch to speak of)."""
+    if priority is None or connection.vendor != "postgresql":
+        return None
+    room = min(size, get_config().delivery_batch_size) - own
+    if room <= 0 or time.monotonic() < _paused_until.get(channel, 0.0):
+        return None
+    return BacklogClaim(
+        channel=channel,
+        priorities=QUEUE_PRIORITIES.get(priority, (priority,)),
+        limit=room,
+        due_before=timezone.now() - timedelta(seconds=BACKLOG_AFTER_SECONDS),
+    )
+
+
+def backlog_order(notifications: list[Notification], *, priorities: tuple[str, ...]) -> list[Notification]:
+    """A backlog claim's rows in the order they are sent: by priority, then in turns by client,
+    oldest due first (as the claim ranked them)."""
+    rank = {priority: index for index, priority in enumerate(priorities)}
+    turns: Counter[tuple[int, Any]] = Counter()
+    keyed = []
+    for notification in sorted(notifications, key=lambda n: (n.next_attempt_at or n.created_at, str(n.pk))):
+        priority = rank.get(notification.priority, len(rank))
+        turns[(priority, notification.client_id)] += 1
+        keyed.append(((priority, turns[(priority, notification.client_id)]), notification))
+    keyed.sort(key=lambda pair: pair[0])  # stable: oldest due first within a turn
+    return [notification for _, notification in keyed]
+
+
+@dataclass
+class Admitted:
+    """The backlog rows of a claim that may be sent, each with its slot (when its reservation was
+    made, how long after it the slot is); those given back, and when to come back for them."""
+
+    slots: dict[str, tuple[float, float]] = field(default_factory=dict)
+    given_back: list[str] = field(default_factory=list)
+    wait: float = 0.0
+
+
+def backlog_admit(
+    *,
+    channel: str,
+    claimed: list[tuple[Notification, DeliveryAttempt]],
+    claimed_at: datetime,
+    outcomes: dict[str, DeliveryOutcome],
+) -> Admitted:
+    """Consent and send slots for the backlog rows of a claim, which no message of theirs checked:
+    one read of what their consent depends on now; those withheld given back and held or
+    suppressed (their outcomes in ``outcomes``); the others' slots reserved by client, each
+    client's share (ratelimit.py); those without one given back."""
+    admitted = Admitted()
+    ids = [str(notification.pk) for notification, _ in claimed]
+    pending, now = notifications_pending_delivery(ids, claimed=True), timezone.now()
+    withheld = [pk for pk in ids if pk in pending and consent_withholds(pending=pending[pk], now=now)]
+    if withheld:
+        Notification.claims_release(withheld, claimed_at=claimed_at)
+        for pk in withheld:
+            outcome = consent_before_send(notification_id=pk, pending=pending[pk], now=now)
+            if outcome is None:  # its recipient's preferences changed back meanwhile: it goes later
+                admitted.given_back.append(pk)
+            else:
+                outcomes[pk] = outcome
+    by_client: dict[Any, list[str]] = {}
+    for notification, _ in claimed:
+        if str(notification.pk) not in withheld:
+            by_client.setdefault(notification.client_id, []).append(str(notification.pk))
+    short: list[str] = []
+    for client_id, client_ids in by_client.items():
+        reservation = reserve_send_slot(
+            channel_spec(channel).rate_limit_bucket,
+            account=provider_account(channel),
+            count=len(client_ids),
+            holder=str(client_id),
+        )
+        reserved_at = time.monotonic()
+        slots = reservation.slots if reservation.reserved else 0
+        for index, pk in enumerate(client_ids[:slots]):
+            admitted.slots[pk] = (reserved_at, reservation.slot_wait(index))
+        if slots < len(client_ids):
+            short += client_ids[slots:]
+            admitted.wait = max(admitted.wait, reservation.slot_wait(slots) - 1.0 if slots else reservation.wait_seconds, 0.001)
+    if short:
+        metrics.record_rate_limited(channel=channel)
+        Notification.claims_release(short, claimed_at=claimed_at)
+        admitted.given_back += short
+        _paused_until[channel] = time.monotonic() + max(admitted.wait, BACKLOG_AFTER_SECONDS)
+    return admitted
