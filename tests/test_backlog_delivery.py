@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,7 +15,7 @@ from typing import Any
 
 import dramatiq
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from opentelemetry.trace import SpanKind
@@ -266,3 +267,63 @@ def test_the_embedded_default_claims_only_a_messages_own_ids(no_publish: list[st
     # SQLite has no FOR UPDATE SKIP LOCKED: each message sends its own; PostgreSQL takes the backlog.
     sent = 1 if connection.vendor == "sqlite" else 3
     assert sorted(recipients(smtp_server)) == [f"e{n}@example.com" for n in range(sent)]
+
+
+class RowLock:
+    """Another transaction holding ``pks`` locked (as the publisher marking a row enqueued does
+    for a moment, just after the publish a worker may already be taking), until ``release``."""
+
+    def __init__(self, pks: list[str]) -> None:
+        self.locked, self.released = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold, args=(pks,), daemon=True)
+
+    def _hold(self, pks: list[str]) -> None:
+        try:
+            with transaction.atomic():
+                list(Notification.objects.select_for_update().filter(pk__in=pks))
+                self.locked.set()
+                self.released.wait(timeout=30)
+        finally:
+            connection.close()
+
+    def __enter__(self) -> RowLock:
+        self.thread.start()
+        assert self.locked.wait(timeout=10), "the rows were never locked"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+        self.thread.join(timeout=10)
+
+
+def backends_waiting_on_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize(
+    ("count", "backlog_priority"), [(1, "high"), (3, None)], ids=["one id with a backlog claim", "a batch message"]
+)
+def test_a_messages_own_row_locked_for_a_moment_is_waited_for_not_left_for_the_sweeper(
+    no_publish: list[str], smtp_server: LocalSmtpServer, count: int, backlog_priority: str | None
+) -> None:
+    client, _ = make_api_client()
+    ids = accept_singles(client, count, prefix="l")
+    outcomes: dict[str, Any] = {}
+
+    def deliver() -> None:
+        try:
+            outcomes.update(services.notifications_deliver(notification_ids=ids, backlog_priority=backlog_priority))
+        finally:
+            connection.close()
+
+    with RowLock([ids[0]]):
+        worker_thread = threading.Thread(target=deliver, daemon=True)
+        worker_thread.start()
+        # Its claim steps over the locked row (SKIP LOCKED), then waits for it rather than leave it.
+        wait_until(lambda: backends_waiting_on_a_lock() >= 1 or not worker_thread.is_alive(), timeout=20, message="claimed")
+        assert worker_thread.is_alive(), f"finished without waiting for the locked row: {outcomes}"
+    worker_thread.join(timeout=20)
+    assert {pk: outcome.outcome for pk, outcome in outcomes.items()} == dict.fromkeys(ids, "delivered")
+    assert delivered(ids) and len(smtp_server.received) == count

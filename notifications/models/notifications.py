@@ -276,6 +276,7 @@ class Notification(models.Model):
         now: datetime,
         webhook_secret_grace_seconds: float = 0.0,
         backlog: BacklogClaim | None = None,
+        wait: bool = False,
     ) -> list[Notification]:
         """Take pending notifications for one send each, in one ``UPDATE ... RETURNING``: status
         ``sending``, one more attempt, ``claimed_at = now``; those another worker won, or no longer
@@ -288,7 +289,8 @@ class Notification(models.Model):
         batches can never wait on each other. One id waits for the lock, then sees the outcome.
         With ``backlog`` (PostgreSQL only) the same statement also takes the rows it names
         (models/backlog.py), every row with SKIP LOCKED: a claim that waited for its own id while
-        holding backlog rows could deadlock with the claim holding that id."""
+        holding backlog rows could deadlock with the claim holding that id. ``wait``: several ids
+        wait for their locks too (``FOR UPDATE`` in id order), for a caller holding no other lock."""
         sources = sorted(PENDING_STATUSES)  # each may move to sending (TRANSITIONS)
         quote = connection.ops.quote_name
         table, clients = quote(cls._meta.db_table), quote(ApiClient._meta.db_table)
@@ -307,7 +309,8 @@ class Notification(models.Model):
             wanted = f"{table}.id IN (SELECT id FROM own UNION ALL SELECT id FROM backlog)"
             params += extra_params
         elif len(ids) > 1 and connection.vendor == "postgresql":
-            wanted = f"{table}.id IN (SELECT id FROM {table} WHERE {wanted} ORDER BY id FOR UPDATE SKIP LOCKED)"
+            lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
+            wanted = f"{table}.id IN (SELECT id FROM {table} WHERE {wanted} ORDER BY id {lock})"
         # The client's fields as subqueries, not UPDATE ... FROM: SQLite cannot return the FROM
         # table's columns, and this runs on the embedded default too.
         sql = (

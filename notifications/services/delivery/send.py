@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import transaction
@@ -267,11 +267,30 @@ def _come_back_after(reservation: Reservation, left: list[str]) -> float:
 
 def _notifications_claim(ids: list[str], *, backlog: BacklogClaim | None = None) -> list[tuple[Notification, DeliveryAttempt]]:
     """Atomically take the notifications for this worker (and the ``backlog`` rows beside them);
-    those another worker got are left out."""
+    those another worker got are left out.
+
+    A claim with a backlog steps over locked rows, its own ids' too (models/backlog.py). A row
+    is locked for a moment by whoever last wrote it: the publisher marking it enqueued just after
+    the publish this message came from, a cancel, another worker's claim. Stepped over, it would
+    wait for the sweeper; so the ids found pending but not taken are claimed again, waiting for
+    their locks this time, once this claim has committed and holds none (no deadlock). Only then:
+    a message whose rows another claim already sent never reaches the claim at all."""
     now = timezone.now()
+    claimed = _claim(ids, now=now, backlog=backlog)
+    if backlog is not None or len(ids) > 1:
+        taken = {str(notification.pk) for notification, _ in claimed}
+        stepped_over = [pk for pk in ids if pk not in taken]
+        if stepped_over:
+            claimed += _claim(stepped_over, now=now, wait=True)
+    return claimed
+
+
+def _claim(
+    ids: list[str], *, now: datetime, backlog: BacklogClaim | None = None, wait: bool = False
+) -> list[tuple[Notification, DeliveryAttempt]]:
     with transaction.atomic():
         notifications = Notification.claim_for_delivery(
-            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds, backlog=backlog
+            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds, backlog=backlog, wait=wait
         )
         if not notifications:
             return []
