@@ -1,11 +1,12 @@
 """The one place the connections to RabbitMQ and Redis are made from settings: the broker's
 parameters for pika, and the Redis client behind the cache.
-And the database's on the delivery path: a worker thread's connections between messages, and a
+And the database's on the delivery path: a worker thread's connections (opened at its boot, kept between messages), and a
 cursor whose statements PostgreSQL plans once per connection (the per-message read)."""
 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import pika
@@ -13,6 +14,8 @@ from django import db
 from django.conf import settings
 from django.db import connection
 from django_dramatiq.middleware import DbConnectionsMiddleware
+
+logger = logging.getLogger("notifications.worker")
 
 
 def broker_is_embedded() -> bool:
@@ -62,14 +65,35 @@ def redis_key_prefix() -> str:
     return str(settings.CACHE_KEY_PREFIX)
 
 
-class WorkerDbConnectionsMiddleware(DbConnectionsMiddleware):
-    """With CONN_HEALTH_CHECKS, Django checks a connection (``SELECT 1``) on its first use after
-    ``close_old_connections``, which django_dramatiq calls around every message: a round trip and a
-    commit per message, most of what a message whose notifications were already sent costs
-    (services/delivery/backlog.py). A connection the last message used without an error is taken as
-    healthy. One that broke while idle fails the next message's first statement (a read: the
-    delivery claims nothing before it); that message is retried, and its connection closed after it
-    (``errors_occurred``) and opened afresh for the retry."""
+class WorkerConnectionsMiddleware(DbConnectionsMiddleware):
+    """A worker thread's connections: opened at its boot, kept between its messages.
+
+    At boot (``after_worker_thread_boot``) each thread opens its database connection and its Redis
+    client (Django's connections and the cache are per thread), which its first message opened
+    before: that slowed the first second of every worker process by about a tenth (a backlog
+    waiting for a deploy, bench/email_singles.py), and a database or Redis that is down now shows in
+    the worker's log at start. A failure there is logged and left to the first message, as before.
+
+    Between messages: with CONN_HEALTH_CHECKS, Django checks a connection (``SELECT 1``) on its
+    first use after ``close_old_connections``, which django_dramatiq calls around every message: a
+    round trip and a commit per message, most of what a message whose notifications were already
+    sent costs (services/delivery/backlog.py). A connection the last message used without an error
+    is taken as healthy. One that broke while idle fails the next message's first statement (a
+    read: the delivery claims nothing before it); that message is retried, and its connection
+    closed after it (``errors_occurred``) and opened afresh for the retry."""
+
+    def after_worker_thread_boot(self, broker: Any, thread: Any) -> None:
+        try:
+            connection.ensure_connection()
+            client = redis_client()
+            if client is not None:
+                client.ping()
+        except Exception:
+            logger.warning(
+                "a worker thread could not open its connections at start; its first message will try again", exc_info=True
+            )
+        finally:
+            self._close_old_connections()
 
     def _close_old_connections(self, *args: Any, **kwargs: Any) -> None:
         connection: Any

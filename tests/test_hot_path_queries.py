@@ -1,18 +1,22 @@
-"""The SQL of the hot paths, counted: one accept is one write transaction, one delivery two. A
-statement added to either path fails here, before it shows in a benchmark."""
+"""The SQL of the hot paths, counted: one accept is one write transaction, one delivery two (its
+claim one statement). A statement added to either path fails here, before it shows in a benchmark."""
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from psycopg.pq import TransactionStatus
 
 from notifications import services
 from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, OutcomeCount, Status
 from notifications.selectors import notifications_pending_delivery
+from notifications.services.delivery import send as delivery
 
 from .factories import make_api_client, make_recipient
 from .fakes import LocalSmtpServer, smtp_server_fixture  # noqa: F401  (fixture)
@@ -75,21 +79,32 @@ def test_a_replay_is_one_conflicting_insert_and_one_read(no_publish: list[str]) 
     assert Notification.objects.count() == 1 and no_publish == [first.notification_id]
 
 
-def test_one_delivery_is_two_write_transactions_of_two_statements_each(
-    no_publish: list[str], smtp_server: LocalSmtpServer
+def test_one_delivery_is_a_read_a_claim_of_one_statement_and_a_record_of_two(
+    no_publish: list[str], smtp_server: LocalSmtpServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, _ = make_api_client()
     request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
     accepted = services.notification_accept(client=client, request=request, idempotency_key="k4", fingerprint="f4")
+    # The claim has committed before the provider is called: no transaction of it is left open
+    # (holding the row's lock) while the send runs.
+    open_during_send: list[bool] = []
+    real_send = delivery._notification_send
+    monkeypatch.setattr(
+        delivery,
+        "_notification_send",
+        lambda *args: (
+            open_during_send.append(connection.connection.info.transaction_status != TransactionStatus.IDLE) or real_send(*args)
+        ),
+    )
     with CaptureQueriesContext(connection) as queries:
         outcome = services.notification_deliver(notification_id=accepted.notification_id)
     assert outcome.outcome == "delivered"
-    # The pending check; the claim (UPDATE ... RETURNING, the attempt); the outcome (attempt, row).
-    # The row's UPDATE carries the dashboard's counter in the same statement (WITH changed AS
-    # (UPDATE ...), counted AS (INSERT ... ON CONFLICT DO UPDATE) SELECT ...): no third statement.
-    assert statements(queries) == [
-        "SELECT", "BEGIN", "UPDATE", "INSERT", "COMMIT", "BEGIN", "UPDATE", "WITH", "COMMIT",
-    ], queries.captured_queries  # fmt: skip
+    # The pending check; the claim, one statement in autocommit (WITH claimed AS (UPDATE ...
+    # RETURNING), attempt AS (INSERT ...) SELECT ...); the outcome (attempt, row). The row's UPDATE
+    # carries the dashboard's counter in the same statement (WITH changed AS (UPDATE ...), counted
+    # AS (INSERT ... ON CONFLICT DO UPDATE) SELECT ...): no third statement.
+    assert statements(queries) == ["SELECT", "WITH", "BEGIN", "UPDATE", "WITH", "COMMIT"], queries.captured_queries
+    assert open_during_send == [False]
     assert list(OutcomeCount.objects.values_list("channel", "status", "count")) == [("email", Status.DELIVERED, 1)]
     assert len(smtp_server.received) == 1
     notification = Notification.objects.get(pk=accepted.notification_id)
@@ -130,18 +145,54 @@ def test_the_read_every_delivery_message_makes_is_planned_once_per_connection(no
     for _ in range(3):
         assert notifications_pending_delivery([accepted.notification_id])
     with connection.cursor() as cursor:
-        cursor.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements")
+        cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
         prepared = cursor.fetchall()
-    assert [runs for statement, runs in prepared if "notifications_notification" in statement] == [3], prepared
+    # Three runs of the one generic plan (plan_cache_mode, platform/settings.py): none planned at its bind.
+    assert [(generic, custom) for statement, generic, custom in prepared if "notifications_notification" in statement] == [
+        (3, 0)
+    ], prepared
+
+
+def test_a_worker_thread_opens_its_database_connection_at_boot_and_a_failure_waits_for_its_first_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from notifications.connections import WorkerConnectionsMiddleware
+
+    seen: dict[str, Any] = {}
+
+    def boot(port: str | None = None) -> None:
+        # A thread of its own, as a worker thread is: Django's connections are per thread.
+        try:
+            if port is not None:
+                connection.settings_dict = {**connection.settings_dict, "PORT": port}
+            WorkerConnectionsMiddleware().after_worker_thread_boot(None, None)
+            seen[port or "open"] = connection.connection is not None and connection.is_usable()
+        except BaseException as exc:  # reported below
+            seen["raised"] = exc
+        finally:
+            connection.close()
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = str(probe.getsockname()[1])
+    for port in (None, closed):
+        thread = threading.Thread(target=boot, args=(port,))
+        thread.start()
+        thread.join(timeout=30)
+    assert "raised" not in seen, seen
+    assert seen["open"] is True  # connected before any message
+    # Nothing listens there: logged, and the connection left to the first message to open.
+    assert seen[closed] is False
+    assert any("could not open its connections at start" in r.getMessage() for r in caplog.records)
 
 
 def test_a_worker_thread_checks_its_database_connection_again_only_after_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from notifications.connections import WorkerDbConnectionsMiddleware
+    from notifications.connections import WorkerConnectionsMiddleware
 
     checks: list[bool] = []
     real = connection.is_usable
     monkeypatch.setattr(connection, "is_usable", lambda: checks.append(True) or real())
-    middleware = WorkerDbConnectionsMiddleware()
+    middleware = WorkerConnectionsMiddleware()
     for _ in range(3):  # three messages, each reading once
         middleware.before_process_message(None, None)
         Notification.objects.exists()

@@ -13,6 +13,7 @@ from ..errors import InvalidTransition
 from ..sql import CountInto, update_rows
 from .attempts import AttemptOutcome, DeliveryAttempt
 from .backlog import BacklogClaim, backlog_rows_sql
+from .claims import claim_with_attempts_sql
 from .clients import ApiClient
 from .content import Category, Channel
 from .outcome_counts import OUTCOME_COUNT_KEY, OutcomeCount
@@ -277,6 +278,7 @@ class Notification(models.Model):
         webhook_secret_grace_seconds: float = 0.0,
         backlog: BacklogClaim | None = None,
         wait: bool = False,
+        attempts: bool = False,
     ) -> list[Notification]:
         """Take pending notifications for one send each, in one ``UPDATE ... RETURNING``: status
         ``sending``, one more attempt, ``claimed_at = now``; those another worker won, or no longer
@@ -290,11 +292,13 @@ class Notification(models.Model):
         With ``backlog`` (PostgreSQL only) the same statement also takes the rows it names
         (models/backlog.py), every row with SKIP LOCKED: a claim that waited for its own id while
         holding backlog rows could deadlock with the claim holding that id. ``wait``: several ids
-        wait for their locks too (``FOR UPDATE`` in id order), for a caller holding no other lock."""
+        wait for their locks too (``FOR UPDATE`` in id order), for a caller holding no other lock.
+        ``attempts`` (PostgreSQL only): the same statement inserts each row's attempt (models/claims.py),
+        whose id each returned row carries as ``attempt_id``."""
         sources = sorted(PENDING_STATUSES)  # each may move to sending (TRANSITIONS)
         quote = connection.ops.quote_name
         table, clients = quote(cls._meta.db_table), quote(ApiClient._meta.db_table)
-        attempts = quote(DeliveryAttempt._meta.db_table)
+        attempt_table = quote(DeliveryAttempt._meta.db_table)
         columns = ", ".join(f"{table}.{quote(str(field.column))}" for field in cls._meta.concrete_fields)
         ids = [cls._meta.pk.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]  # type: ignore[union-attr]
         marks, status_marks = ", ".join(["%s"] * len(ids)), ", ".join(["%s"] * len(sources))
@@ -324,13 +328,17 @@ class Notification(models.Model):
             f"FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_previous_secret, "
             f"(SELECT c.status_webhook_url FROM {clients} c WHERE c.id = {table}.client_id) AS client_status_webhook_url, "
             f"(SELECT c.is_test FROM {clients} c WHERE c.id = {table}.client_id) AS client_is_test, "
-            f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempts} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
+            f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempt_table} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
         )
         stamp = connection.ops.adapt_datetimefield_value(now)
         grace_start = connection.ops.adapt_datetimefield_value(now - timedelta(seconds=webhook_secret_grace_seconds))
         if backlog is not None:
-            return list(cls.objects.raw(sql, [*params, Status.SENDING, stamp, stamp, grace_start]))
-        return list(cls.objects.raw(sql, [Status.SENDING, stamp, stamp, *params, grace_start]))
+            params = [*params, Status.SENDING, stamp, stamp, grace_start]
+        else:
+            params = [Status.SENDING, stamp, stamp, *params, grace_start]
+        if attempts:
+            sql, params = claim_with_attempts_sql(prefix=prefix, update=sql[len(prefix) :], params=params, now=now)
+        return list(cls.objects.raw(sql, params))
 
     @classmethod
     def claims_release(cls, notification_ids: list[Any], *, claimed_at: datetime) -> int:

@@ -10,12 +10,13 @@ A worker's message also claims the queue's backlog beside its ids (backlog.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ... import metrics, tracing
@@ -42,7 +43,8 @@ logger = logging.getLogger("notifications.services")
 # A batch is claimed a chunk at a time, sized so a chunk's sends take about this long: rows are
 # not held in ``sending`` for long, and a slow provider (a webhook at its timeout) cannot keep a
 # whole batch past the actor's time limit. The first chunk is small, the next ones follow the
-# measured send time.
+# measured send time (the providers' calls alone: a claim or record waiting on a busy database
+# says nothing about how long the next sends take).
 CHUNK_SECONDS = 2.0
 FIRST_CHUNK = 5
 # Past this, what is left of a batch goes back on the queue (well inside the 120 s time limit).
@@ -65,8 +67,9 @@ class SendRateLimited(Exception):
 def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     """Deliver one notification if it is still pending and due: claim, send, record.
 
-    Two short write transactions: the claim (one ``UPDATE ... RETURNING`` and the attempt's
-    insert) and the outcome (the attempt's and the notification's updates). Raises SendRateLimited
+    Two short write transactions: the claim (on PostgreSQL one statement, the ``UPDATE ...
+    RETURNING`` and the attempt's insert: models/claims.py) and the outcome (the attempt's and the
+    notification's updates). Raises SendRateLimited
     when the channel has no free slot; the actor then puts its message back for that long without
     spending its retries (see actors). A wait longer than BROKER_DELAY_MAX_SECONDS is held in the
     row instead, for the sweeper, like any long wait.
@@ -114,7 +117,6 @@ def notifications_deliver(*, notification_ids: list[Any], backlog_priority: str 
             # The message's first claim takes the backlog beside its ids, up to a chunk's worth in all.
             backlog = backlog_claim_for(channel=channel, priority=backlog_priority, own=own, size=_paced_chunk(channel))
             backlog_priority = None
-            chunk_started = time.monotonic()
             done = _chunk_deliver(
                 channel, taken, outcomes, deadline=started + BATCH_SECONDS, client_id=client_id, backlog=backlog
             )
@@ -129,8 +131,8 @@ def notifications_deliver(*, notification_ids: list[Any], backlog_priority: str 
                 come_back += done.left + waiting
                 retry_after = max(retry_after, done.wait)
                 break
-            if done.tried:
-                _send_seconds[channel] = (time.monotonic() - chunk_started) / done.tried
+            if done.sends:
+                _send_seconds[channel] = done.send_seconds / done.sends
             chunk = _paced_chunk(channel)
     if come_back and retry_after > get_config().broker_delay_max_seconds:
         # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
@@ -143,13 +145,16 @@ def notifications_deliver(*, notification_ids: list[Any], backlog_priority: str 
 class _ChunkDone(NamedTuple):
     """What a chunk left: its ids that found no slot or no time (``left``) and when to come back
     (``wait``); those whose client had no webhook turn free (concurrency.py); the backlog rows
-    given back without a slot; how many sends were tried."""
+    given back without a slot; how many sends were tried; how many reached a provider, and the
+    seconds the providers took."""
 
     left: list[str]
     wait: float
     turn_waiting: list[str]
     given_back: list[str]
     tried: int
+    sends: int = 0
+    send_seconds: float = 0.0
 
 
 def _chunk_deliver(
@@ -198,7 +203,7 @@ def _chunk_deliver(
     last_start = min(deadline, time.monotonic() + config.sending_timeout_seconds - config.send_deadline_seconds)
     sent: list[Sent] = []
     turn_waiting: list[Notification] = []
-    tried = 0
+    tried, sends, send_seconds = 0, 0, 0.0
     try:
         for notification, attempt in claimed:
             if time.monotonic() > last_start:
@@ -212,9 +217,11 @@ def _chunk_deliver(
             if turn is None:
                 turn_waiting.append(notification)
                 continue
+            send_started = time.monotonic()
             try:
                 result = _notification_send(notification, attempt)
             finally:
+                sends, send_seconds = sends + 1, send_seconds + time.monotonic() - send_started
                 if isinstance(turn, WebhookTurn):
                     turn.release()
             if isinstance(result, Sent):
@@ -231,7 +238,7 @@ def _chunk_deliver(
             Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
     left = [str(n.pk) for n in untried] + left
     wait = max(_come_back_after(reservation, left), 0.001 if untried else 0.0, admitted.wait)
-    return _ChunkDone(left, wait, [str(n.pk) for n in turn_waiting], admitted.given_back, tried)
+    return _ChunkDone(left, wait, [str(n.pk) for n in turn_waiting], admitted.given_back, tried, sends, send_seconds)
 
 
 def _paced_chunk(channel: str) -> int:
@@ -273,8 +280,8 @@ def _notifications_claim(ids: list[str], *, backlog: BacklogClaim | None = None)
     is locked for a moment by whoever last wrote it: the publisher marking it enqueued just after
     the publish this message came from, a cancel, another worker's claim. Stepped over, it would
     wait for the sweeper; so the ids found pending but not taken are claimed again, waiting for
-    their locks this time, once this claim has committed and holds none (no deadlock). Only then:
-    a message whose rows another claim already sent never reaches the claim at all."""
+    their locks this time, once this claim has committed and holds none (no deadlock). Rows another
+    worker already sent were not pending when read, so their message never reaches a claim."""
     now = timezone.now()
     claimed = _claim(ids, now=now, backlog=backlog)
     if backlog is not None or len(ids) > 1:
@@ -288,9 +295,17 @@ def _notifications_claim(ids: list[str], *, backlog: BacklogClaim | None = None)
 def _claim(
     ids: list[str], *, now: datetime, backlog: BacklogClaim | None = None, wait: bool = False
 ) -> list[tuple[Notification, DeliveryAttempt]]:
-    with transaction.atomic():
+    # On PostgreSQL the attempts are inserted by the claim's own statement, which commits as it
+    # returns (models/claims.py); elsewhere by a second statement in the claim's transaction.
+    one_statement = connection.vendor == "postgresql"
+    with transaction.atomic() if not one_statement else contextlib.nullcontext():
         notifications = Notification.claim_for_delivery(
-            ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds, backlog=backlog, wait=wait
+            ids,
+            now=now,
+            webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds,
+            backlog=backlog,
+            wait=wait,
+            attempts=one_statement,
         )
         if not notifications:
             return []
@@ -300,11 +315,25 @@ def _claim(
         else:
             position = {pk: index for index, pk in enumerate(ids)}
             notifications.sort(key=lambda n: position[str(n.pk)])
-        attempts = DeliveryAttempt.objects.bulk_create(
-            DeliveryAttempt(notification=n, number=n.last_attempt_number + 1, started_at=now, channel=n.channel)
-            for n in notifications
-        )
+        if one_statement:
+            attempts = [_claimed_attempt(n, now=now) for n in notifications]
+        else:
+            attempts = DeliveryAttempt.objects.bulk_create(_claimed_attempt(n, now=now) for n in notifications)
     return list(zip(notifications, attempts, strict=True))
+
+
+def _claimed_attempt(notification: Notification, *, now: datetime) -> DeliveryAttempt:
+    """The attempt of a claimed row: as the claim's statement inserted it (``attempt_id``), or to insert."""
+    attempt = DeliveryAttempt(
+        id=getattr(notification, "attempt_id", None),
+        notification=notification,
+        number=notification.last_attempt_number + 1,
+        started_at=now,
+        channel=notification.channel,
+    )
+    if attempt.id is not None:
+        attempt._state.adding, attempt._state.db = False, connection.alias
+    return attempt
 
 
 def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> Sent | DeliveryOutcome:
