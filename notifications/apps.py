@@ -9,7 +9,13 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import actors, conf, tracing  # noqa: F401  (registers actors; connects setting_changed)
+        from django.core import signals
+
+        from . import actors, conf, connections, tracing  # noqa: F401  (registers actors; connects setting_changed)
+
+        # When each connection last served a request well (connections.py; the web's first
+        # middleware trusts it at the next request's start).
+        signals.request_finished.connect(connections.request_connections_stamp, dispatch_uid="notifications-connections-stamp")
 
         tracing.configure()
 

@@ -1,12 +1,15 @@
 """The one place the connections to RabbitMQ and Redis are made from settings: the broker's
-parameters for pika, and the Redis client behind the cache.
-And the database's on the delivery path: a worker thread's connections (opened at its boot, kept between messages), and a
-cursor whose statements PostgreSQL plans once per connection (the per-message read)."""
+parameters for pika, and the Redis client behind the cache (one per process).
+And the database's on the hot paths: a worker thread's connections (opened at its boot, kept
+between messages), a web request's (trusted when the last request used them a moment ago), and
+a cursor whose statements PostgreSQL plans once per connection (the reads every message and
+every single accept make)."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Any
 
 import pika
@@ -39,15 +42,27 @@ def broker_connection_parameters(*, timeout: float | None = None) -> pika.URLPar
     return parameters
 
 
+# The Redis client of each cache configuration, made once per process. Django's cache object is
+# per thread and, under ASGI, per request (asgiref's Local), and django-redis makes a client for
+# each: a client object per request for the throttle's one call (bench/clients_accept.py). A Redis
+# client is thread-safe (its connection pool is), so one serves every thread.
+_redis_clients: dict[tuple[str, str], Any] = {}
+
+
 def redis_client() -> Any | None:
     """The Redis client behind the cache (django-redis), shared by the rate limiter, the health
     check and the consumer; None on the embedded local-memory cache."""
+    config = settings.CACHES["default"]
+    key = (str(config.get("LOCATION")), repr(config.get("OPTIONS")))
+    client = _redis_clients.get(key)
+    if client is not None:
+        return client
     from django.core.cache import cache
 
     backend = getattr(cache, "client", None)
     if backend is None or not hasattr(backend, "get_client"):
         return None
-    return backend.get_client(write=True)
+    return _redis_clients.setdefault(key, backend.get_client(write=True))
 
 
 def redis_pubsub_client() -> Any | None:
@@ -105,6 +120,34 @@ class WorkerConnectionsMiddleware(DbConnectionsMiddleware):
 
     before_process_message = _close_old_connections
     after_process_message = _close_old_connections
+
+
+# A web request's connections: Django (CONN_HEALTH_CHECKS) checks each with a ``SELECT 1`` round
+# trip at the first statement of every request. One that served the last request without an error
+# this recently is taken as healthy instead: under load a thread's connection is busy all the time,
+# and the check was a round trip per request, most of what sixteen clients' single requests cost
+# beyond one client's, whose group leader checks once for its whole group (bench/clients_accept.py).
+# One idle for longer (a database restarted meanwhile, say) is checked as Django does.
+HEALTHY_FOR_SECONDS = 1.0
+
+
+def request_connections_stamp(**kwargs: Any) -> None:
+    """At a request's end (after Django's own handler has closed what was unusable or too old):
+    when each connection still open last served a request without an error."""
+    wrapper: Any
+    for wrapper in db.connections.all(initialized_only=True):
+        if wrapper.connection is not None and not wrapper.errors_occurred:
+            wrapper.healthy_at = time.monotonic()
+
+
+def request_connections_trust() -> None:
+    """At a request's start, once Django's request_started handler has reset the health check
+    (api/middleware.py): a connection stamped healthy within HEALTHY_FOR_SECONDS skips it."""
+    now = time.monotonic()
+    wrapper: Any
+    for wrapper in db.connections.all(initialized_only=True):
+        if wrapper.connection is not None and now - getattr(wrapper, "healthy_at", float("-inf")) < HEALTHY_FOR_SECONDS:
+            wrapper.health_check_done = True
 
 
 def prepared_cursor() -> Any:

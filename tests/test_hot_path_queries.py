@@ -201,3 +201,49 @@ def test_a_worker_thread_checks_its_database_connection_again_only_after_an_erro
     connection.errors_occurred = True  # a message whose statement failed
     middleware.after_process_message(None, None)
     assert checks == [True] and connection.connection is not None
+
+
+def test_a_connection_that_served_the_last_request_is_not_checked_again_at_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a server runs a request: the signals (Django's handlers and ours), then the middleware.
+    from django.core import signals
+    from django.db import close_old_connections
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from notifications.api.middleware import ApiRequestMiddleware
+
+    checks: list[bool] = []
+    real = connection.is_usable
+    monkeypatch.setattr(connection, "is_usable", lambda: checks.append(True) or real())
+    connection.close()  # a fresh one: no error an earlier test left on it, no age near CONN_MAX_AGE
+    Notification.objects.exists()
+    served = ApiRequestMiddleware(lambda request: HttpResponse(str(Notification.objects.exists())))
+
+    def request() -> None:
+        signals.request_finished.send(sender=None)
+        close_old_connections()  # Django's request_started handler (the test client disconnects it)
+        signals.request_started.send(sender=None, environ={})
+        served(RequestFactory().get("/healthz"))
+
+    request()
+    assert checks == []  # no SELECT 1 round trip before the request's first statement
+    # Idle for longer (a database restarted meanwhile, say): checked as Django checks it.
+    request()
+    connection.healthy_at -= 2  # type: ignore[attr-defined]
+    close_old_connections()
+    served(RequestFactory().get("/healthz"))
+    assert checks == [True]
+
+
+def test_one_redis_client_serves_every_thread() -> None:
+    from notifications.connections import redis_client
+
+    seen: list[Any] = []
+    threads = [threading.Thread(target=lambda: seen.append(redis_client())) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(seen) == 3 and seen[0] is not None
+    assert all(client is seen[0] for client in seen)
+    assert seen[0].ping() is True

@@ -14,6 +14,7 @@ from django.db.models import F, Q, QuerySet, Subquery
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from ..connections import prepared_cursor
 from ..errors import NotFound
 from ..models import (
     ApiClient,
@@ -186,7 +187,8 @@ def recipients_by_user_id(*, client: ApiClient, user_ids: Iterable[str]) -> dict
         f"SELECT {_recipient_columns()} FROM {quote(Recipient._meta.db_table)} "
         f"WHERE {quote('client_id')} = %s AND {quote('user_id')} IN ({', '.join(['%s'] * len(wanted))})"
     )
-    with connection.cursor() as cursor:
+    # One user, a single accept's: prepared, as every single accept runs it (connections.prepared_cursor).
+    with prepared_cursor() if len(wanted) == 1 else connection.cursor() as cursor:
         cursor.execute(sql, [client.pk, *wanted])
         rows = cursor.fetchall()
     if not rows:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import connection
 
+from ..connections import prepared_cursor
 from ..models import Suppression
 
 
@@ -30,7 +31,8 @@ def addresses_suppressed_reasons(*, client_id: Any, addresses: Iterable[tuple[st
         f"SELECT channel, address, reason FROM {connection.ops.quote_name(Suppression._meta.db_table)} WHERE client_id = %s "
         f"AND channel IN ({', '.join(['%s'] * len(channels))}) AND address IN ({', '.join(['%s'] * len(matching))})"
     )
-    with connection.cursor() as cursor:
+    # One address, an accept's own: prepared, as every single accept runs it (connections.prepared_cursor).
+    with prepared_cursor() if len(wanted) == 1 else connection.cursor() as cursor:
         cursor.execute(sql, [client_id, *channels, *matching])
         rows = cursor.fetchall()
     return {(channel, address): reason for channel, address, reason in rows if (channel, address) in wanted}
