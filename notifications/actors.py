@@ -34,8 +34,17 @@ SLOT_WAIT_CAP_SECONDS = 3.0
 
 
 def _deliver(notification_ids: tuple[str, ...], *, priority: str) -> None:
+    message = CurrentMessage.get_current_message()
+    # When it was published, for the backlog claims made since (services/delivery/backlog.py). A
+    # message coming back keeps its first publish's timestamp, so it has none: it may carry rows
+    # given back by a claim made after that publish.
+    published_ms = None
+    if message is not None and not message.options.get(SLOT_WAITS_OPTION):
+        published_ms = message.message_timestamp
     try:
-        services.notifications_deliver(notification_ids=list(notification_ids), backlog_priority=priority)
+        services.notifications_deliver(
+            notification_ids=list(notification_ids), backlog_priority=priority, published_ms=published_ms
+        )
     except services.SendRateLimited as limited:
         _wait_for_send_slot(limited.retry_after, notification_ids=limited.notification_ids)
 

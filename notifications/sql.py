@@ -293,12 +293,12 @@ def update_rows(
     where: dict[str, Any] | None = None,
     count_into: CountInto | None = None,
 ) -> set[Any]:
-    """``UPDATE ... FROM (VALUES ...)``: each row (by primary key) its own values of the fields in
+    """``UPDATE ... FROM unnest(...)`` (PostgreSQL; ``VALUES`` on SQLite): each row (by primary key) its own values of the fields in
     ``rows``, every row the values in ``same``, only where the fields in ``where`` still have
     those values; returns the primary keys updated (``RETURNING``). One statement for a batch,
     where ``bulk_update`` builds a CASE per field from an ORM expression per row (most of a
-    worker's time recording a batch). PostgreSQL and SQLite (3.33+) alike; VALUES' columns are
-    ``column1``... on both.
+    worker's time recording a batch). PostgreSQL and SQLite (3.33+) alike; the source's columns
+    are ``column1``... on both.
 
     ``count_into``: counters of the rows it changes, added to in the same statement on PostgreSQL
     (the UPDATE a data-modifying CTE that the counters' upsert reads), so counting costs no round
@@ -313,15 +313,11 @@ def update_rows(
     def field_of(name: str) -> Any:
         return meta.get_field(name)
 
-    def mark(field: Any) -> str:
-        # PostgreSQL types VALUES' columns from their first row; SQLite needs (and wants) no cast.
-        return f"CAST(%s AS {field.db_type(connection)})" if connection.vendor == "postgresql" else "%s"
-
     in_statement = count_into is not None and connection.vendor == "postgresql"
     key_fields: list[Any] = (
         [count_into.model._meta.get_field(name) for name in count_into.key_fields] if count_into and in_statement else []
     )
-    row_marks = "(" + ", ".join(mark(field) for field in [pk, *map(field_of, varying), *key_fields]) + ")"
+    columns_of = [pk, *map(field_of, varying), *key_fields]
     params: list[Any] = []
     for key, values in rows.items():
         params.append(pk.get_db_prep_save(key, connection))
@@ -330,6 +326,19 @@ def update_rows(
             params.extend(
                 field.get_db_prep_save(value, connection) for field, value in zip(key_fields, count_into.keys[key], strict=True)
             )
+    if connection.vendor == "postgresql":
+        # One array a column (unnest): a statement of the same few bytes whatever the rows, which
+        # psycopg parses once and caches; a VALUES row a row was kilobytes to scan at each execute.
+        width = len(columns_of)
+        source = (
+            "unnest("
+            + ", ".join(f"CAST(%s AS {field.db_type(connection)}[])" for field in columns_of)
+            + f") AS v({', '.join(f'column{index + 1}' for index in range(width))})"
+        )
+        params = [params[index::width] for index in range(width)]
+    else:
+        row_marks = "(" + ", ".join(["%s"] * len(columns_of)) + ")"
+        source = f"(VALUES {', '.join([row_marks] * len(rows))}) AS v"
     assignments = [f"{quote(field_of(name).column)} = v.column{index + 2}" for index, name in enumerate(varying)]
     same_params = []
     for name, value in same.items():
@@ -343,11 +352,7 @@ def update_rows(
     returning = f"{table}.{quote(pk.column)} AS pk" + "".join(
         f", v.column{first_key + i} AS k{i}" for i in range(len(key_fields))
     )
-    sql = (
-        f"UPDATE {table} SET {', '.join(assignments)} "
-        f"FROM (VALUES {', '.join([row_marks] * len(rows))}) AS v "
-        f"WHERE {' AND '.join(conditions)} RETURNING {returning}"
-    )
+    sql = f"UPDATE {table} SET {', '.join(assignments)} FROM {source} WHERE {' AND '.join(conditions)} RETURNING {returning}"
     if count_into and in_statement:
         insert, conflict = _counter_upsert(count_into.model, count_into.key_fields, count_into.counter)
         keys = ", ".join(f"k{i}" for i in range(len(key_fields)))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from opentelemetry.trace import SpanKind
 from rest_framework.test import APIClient
 
@@ -181,6 +183,59 @@ def test_a_message_whose_ids_another_claim_took_costs_one_read_and_sends_nothing
     assert [q["sql"].split()[0].upper() for q in queries.captured_queries] == ["SELECT"]
     assert outcomes[ids[7]].outcome == "skipped"
     assert len(smtp_server.received) == 30
+
+
+def ms_ago(seconds: float) -> float:
+    return (time.time() - seconds) * 1000
+
+
+@pytest.mark.parametrize("claimed_in", ["this process", "another process"])
+def test_a_message_published_before_a_backlog_claim_took_its_row_makes_no_statement(
+    no_publish: list[str], smtp_server: LocalSmtpServer, monkeypatch: pytest.MonkeyPatch, claimed_in: str
+) -> None:
+    client, _ = make_api_client()
+    ids = accept_singles(client, 30, prefix="m")
+    waited(ids)
+    delivery._send_seconds["email"] = 0.001
+    services.notifications_deliver(notification_ids=[ids[0]], backlog_priority="high")
+    assert len(smtp_server.received) == 30
+    if claimed_in == "another process":
+        monkeypatch.setattr(backlog, "_local_claims", OrderedDict())  # only Redis knows of the claim
+    # Its message, published (as accepts publish) 10 s before the claim: the claim answered for it.
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = services.notifications_deliver(notification_ids=[ids[7]], backlog_priority="high", published_ms=ms_ago(10))
+    assert queries.captured_queries == []
+    assert outcomes[ids[7]].outcome == "skipped"
+    assert len(smtp_server.received) == 30
+
+
+def test_a_message_published_after_the_backlog_claim_of_its_row_is_delivered(
+    no_publish: list[str], smtp_server: LocalSmtpServer
+) -> None:
+    """A retry, or a message coming back: published after the claim that took its row before, it
+    is not one that claim answered for."""
+    client, _ = make_api_client()
+    ids = accept_singles(client, 10, prefix="m")
+    waited(ids)
+    delivery._send_seconds["email"] = 0.001
+    services.notifications_deliver(notification_ids=[ids[0]], backlog_priority="high")
+    # The send of ids[3] failed for now: it is due again, and its retry's message is published now.
+    Notification.objects.filter(pk=ids[3]).update(status=Status.RETRYING, next_attempt_at=timezone.now())
+    outcomes = services.notifications_deliver(notification_ids=[ids[3]], backlog_priority="high", published_ms=ms_ago(0))
+    assert outcomes[ids[3]].outcome == "delivered"
+    assert recipients(smtp_server).count("m3@example.com") == 2
+
+
+def test_a_worker_goes_on_taking_a_backlog_bigger_than_one_claim(no_publish: list[str], smtp_server: LocalSmtpServer) -> None:
+    client, _ = make_api_client()
+    ids = accept_singles(client, 23, prefix="g")
+    waited(ids)
+    delivery._send_seconds["email"] = 0.001
+    with override_notifications(DELIVERY_BATCH_SIZE=5, RATE_LIMITS=UNLIMITED):
+        outcomes = services.notifications_deliver(notification_ids=[ids[0]], backlog_priority="high")
+    # One message: its claim of five, then more claims of five while they come back full.
+    assert delivered(ids) and {outcomes[pk].outcome for pk in ids} == {"delivered"}
+    assert sorted(Counter(DeliveryAttempt.objects.values_list("started_at", flat=True)).values()) == [3, 5, 5, 5, 5]
 
 
 def test_two_workers_racing_over_a_backlog_send_each_notification_once(

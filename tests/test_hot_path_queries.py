@@ -88,10 +88,10 @@ def test_one_delivery_is_a_read_a_claim_of_one_statement_and_a_record_of_two(
     # The claim has committed before the provider is called: no transaction of it is left open
     # (holding the row's lock) while the send runs.
     open_during_send: list[bool] = []
-    real_send = delivery._notification_send
+    real_send = delivery.notification_send
     monkeypatch.setattr(
         delivery,
-        "_notification_send",
+        "notification_send",
         lambda *args: (
             open_during_send.append(connection.connection.info.transaction_status != TransactionStatus.IDLE) or real_send(*args)
         ),

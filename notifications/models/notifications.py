@@ -13,7 +13,7 @@ from ..errors import InvalidTransition
 from ..sql import CountInto, update_rows
 from .attempts import AttemptOutcome, DeliveryAttempt
 from .backlog import BacklogClaim, backlog_rows_sql
-from .claims import claim_with_attempts_sql
+from .claims import claim_with_attempts_sql, rows_as_models
 from .clients import ApiClient
 from .content import Category, Channel
 from .outcome_counts import OUTCOME_COUNT_KEY, OutcomeCount
@@ -308,9 +308,13 @@ class Notification(models.Model):
         if backlog is not None:
             extra_sql, extra_params = backlog_rows_sql(table=table, pending=sources, own=ids, backlog=backlog)
             # A data-modifying statement's CTEs: each its own lock; the UPDATE takes their union.
-            own = f"SELECT id FROM {table} WHERE {wanted} ORDER BY id FOR UPDATE SKIP LOCKED"
-            prefix = f"WITH own AS ({own}), backlog AS ({extra_sql}) "
-            wanted = f"{table}.id IN (SELECT id FROM own UNION ALL SELECT id FROM backlog)"
+            if ids:
+                own = f"SELECT id FROM {table} WHERE {wanted} ORDER BY id FOR UPDATE SKIP LOCKED"
+                prefix = f"WITH own AS ({own}), backlog AS ({extra_sql}) "
+                wanted = f"{table}.id IN (SELECT id FROM own UNION ALL SELECT id FROM backlog)"
+            else:  # the backlog alone (a worker going on with it, services/delivery/send.py)
+                prefix, wanted = f"WITH backlog AS ({extra_sql}) ", f"{table}.id IN (SELECT id FROM backlog)"
+                params = []
             params += extra_params
         elif len(ids) > 1 and connection.vendor == "postgresql":
             lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
@@ -338,7 +342,7 @@ class Notification(models.Model):
             params = [Status.SENDING, stamp, stamp, *params, grace_start]
         if attempts:
             sql, params = claim_with_attempts_sql(prefix=prefix, update=sql[len(prefix) :], params=params, now=now)
-        return list(cls.objects.raw(sql, params))
+        return rows_as_models(cls, sql, params)
 
     @classmethod
     def claims_release(cls, notification_ids: list[Any], *, claimed_at: datetime) -> int:

@@ -1,6 +1,7 @@
 """Workers batch whatever backlog they find: the claim of a message's ids also takes other due
 notifications of its queue (models/backlog.py), so single accepts waiting in a queue are sent and
-recorded fifty at a time, and the messages that named them then find nothing (one read each).
+recorded fifty at a time, and the messages that named them then find nothing: no statement at all
+when the claim noted its rows in Redis before the message came (backlog_claims_note), one read else.
 
 The claim comes before these rows' consent check and rate-limit slots (it is what picks them), so
 both follow it: a row that may not go now is given back and then held or suppressed as usual, and
@@ -10,12 +11,14 @@ ran short takes no backlog for a while, so a claim never takes many rows only to
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
@@ -23,6 +26,8 @@ from ... import metrics
 from ...channels import channel_spec
 from ...channels.providers import provider_account
 from ...conf import get_config
+from ...connections import redis_client
+from ...degraded import RedisOutage
 from ...models import BacklogClaim, DeliveryAttempt, Notification
 from ...ratelimit import reserve_send_slot
 from ...selectors import notifications_pending_delivery
@@ -40,6 +45,74 @@ QUEUE_PRIORITIES = {"high": ("high",), "bulk": ("high", "bulk")}
 
 # channel -> time.monotonic() before which this process takes no backlog of it (its slots ran short).
 _paused_until: dict[str, float] = {}
+
+# A backlog claim's rows, each with the claim's time, kept this long in one Redis sorted set shared
+# by every worker: a message published before its rows' claim has nothing left to do, and learns it
+# without reading PostgreSQL (backlog_claimed). Past this its message reads its rows, as without Redis.
+CLAIMS_KEPT_SECONDS = 120.0
+# A message is only checked against the claims when it waited longer than a backlog row must
+# have (BACKLOG_AFTER_SECONDS): one that comes promptly makes no Redis round trip. And a claim
+# covers a message only when it came this much after the publish: the clocks of the publishing
+# and claiming hosts may differ by this much, and a message published just after the claim (a
+# retry, a message coming back) must never be taken for one the claim covered.
+CLAIM_AFTER_PUBLISH_SECONDS = 0.5
+_claims_outage = RedisOutage("backlog_claims", consequence="each message of a backlog reads its rows")
+# This process's own notes, the last LOCAL_CLAIMS_KEPT of them (id -> claim time, epoch ms): a
+# message whose rows this process claimed learns it without the Redis round trip.
+LOCAL_CLAIMS_KEPT = 20_000
+_local_claims: OrderedDict[str, float] = OrderedDict()
+_local_claims_lock = threading.Lock()
+
+
+def _claims_key() -> str:
+    return cache.make_key("backlog:claimed")
+
+
+def backlog_claims_note(notifications: list[Notification]) -> None:
+    """Note a backlog claim's rows (those no message of the claim named) as claimed now, for the
+    messages that named them (backlog_claimed). Best effort: without Redis they read their rows."""
+    client = redis_client()
+    if client is None or not notifications:
+        return
+    now_ms = time.time() * 1000
+    with _local_claims_lock:
+        for notification in notifications:
+            _local_claims[str(notification.pk)] = now_ms
+            _local_claims.move_to_end(str(notification.pk))
+        while len(_local_claims) > LOCAL_CLAIMS_KEPT:
+            _local_claims.popitem(last=False)
+
+    def note() -> None:
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(_claims_key(), {str(notification.pk): now_ms for notification in notifications})
+        pipe.zremrangebyscore(_claims_key(), "-inf", now_ms - CLAIMS_KEPT_SECONDS * 1000)
+        pipe.pexpire(_claims_key(), int(CLAIMS_KEPT_SECONDS * 1000))
+        pipe.execute()
+
+    _claims_outage.call(note, fallback=lambda: None, counted=False)
+
+
+def backlog_claimed(ids: list[str], *, published_ms: float | None) -> set[str]:
+    """Those of ``ids`` (a message's, published at ``published_ms``, epoch ms) that a backlog claim
+    took after the message was published: the claim answers for them (it sends them, or gives them
+    back with its own message or to the sweeper), so the message has nothing to do for them."""
+    if published_ms is None or time.time() * 1000 - published_ms < BACKLOG_AFTER_SECONDS * 1000:
+        return set()
+    client = redis_client()
+    if client is None:
+        return set()
+    covered_from = published_ms + CLAIM_AFTER_PUBLISH_SECONDS * 1000
+    with _local_claims_lock:
+        covered = {pk for pk in ids if _local_claims.get(pk, 0.0) >= covered_from}
+    unknown = [pk for pk in ids if pk not in covered]
+    if not unknown:
+        return covered
+
+    def read() -> set[str]:
+        scores = client.zmscore(_claims_key(), unknown)
+        return {pk for pk, score in zip(unknown, scores, strict=True) if score is not None and score >= covered_from}
+
+    return covered | _claims_outage.call(read, fallback=set, counted=False)
 
 
 def backlog_claim_for(*, channel: str, priority: str | None, own: int, size: int) -> BacklogClaim | None:

@@ -11,7 +11,6 @@ A worker's message also claims the queue's backlog beside its ids (backlog.py).
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -19,26 +18,18 @@ from typing import Any, NamedTuple
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ... import metrics, tracing
-from ...channels import OutgoingMessage, channel_spec
-from ...channels.base import Provider
+from ... import metrics
+from ...channels import channel_spec
 from ...channels.providers import provider_account
 from ...concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
 from ...conf import get_config
-from ...errors import (
-    PermanentChannelError,
-    TransientChannelError,
-)
 from ...models import BacklogClaim, DeliveryAttempt, Notification
 from ...ratelimit import Reservation, reserve_send_slot
 from ...selectors import notifications_pending_delivery
-from .backlog import Admitted, backlog_admit, backlog_claim_for, backlog_order
-from .capture import CaptureSink, notification_is_test
-from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
-from .outcomes import DeliveryOutcome, Sent, deliveries_record, record_permanent_failure, record_transient_failure
+from .backlog import Admitted, backlog_admit, backlog_claim_for, backlog_claimed, backlog_claims_note, backlog_order
+from .outcomes import DeliveryOutcome, Sent, deliveries_record
+from .provider_call import notification_send
 from .withhold import consent_before_send
-
-logger = logging.getLogger("notifications.services")
 
 # A batch is claimed a chunk at a time, sized so a chunk's sends take about this long: rows are
 # not held in ``sending`` for long, and a slow provider (a webhook at its timeout) cannot keep a
@@ -77,15 +68,24 @@ def notification_deliver(*, notification_id: Any) -> DeliveryOutcome:
     return notifications_deliver(notification_ids=[notification_id])[str(notification_id)]
 
 
-def notifications_deliver(*, notification_ids: list[Any], backlog_priority: str | None = None) -> dict[str, DeliveryOutcome]:
+def notifications_deliver(
+    *, notification_ids: list[Any], backlog_priority: str | None = None, published_ms: float | None = None
+) -> dict[str, DeliveryOutcome]:
     """Deliver those of ``notification_ids`` still pending and due; their outcomes by id. Raises
     SendRateLimited, after everything else is recorded, with the ids that found no send slot.
 
     ``backlog_priority``: the priority of the queue the message came from (a worker's message).
     Its first claim then also takes other due notifications of that queue (services/backlog.py),
-    whose outcomes are returned too, and which come back with these ids when they find no slot."""
+    whose outcomes are returned too, and which come back with these ids when they find no slot.
+    ``published_ms``: when the message was published (epoch ms); the ids a backlog claim took
+    since are left to that claim without a read (backlog.backlog_claimed)."""
     ids = list(dict.fromkeys(str(pk) for pk in notification_ids))
     outcomes = dict.fromkeys(ids, DeliveryOutcome("skipped"))
+    if backlog_priority is not None:
+        covered = backlog_claimed(ids, published_ms=published_ms)
+        ids = [pk for pk in ids if pk not in covered]
+        if not ids:
+            return outcomes
     # The pending check also reads what consent depends on now, in the same one query.
     pending, now = notifications_pending_delivery(ids), timezone.now()
     # By channel and client: a client's sends reserve only its share of the channel's rate limit.
@@ -104,6 +104,7 @@ def notifications_deliver(*, notification_ids: list[Any], backlog_priority: str 
         by_channel.setdefault((found.channel, found.client_id), []).append(pk)
     come_back: list[str] = []
     retry_after = 0.0
+    queue_priority, drain = backlog_priority, None
     started = time.monotonic()
     own = sum(len(waiting) for waiting in by_channel.values())
     for (channel, client_id), waiting in by_channel.items():
@@ -133,7 +134,24 @@ def notifications_deliver(*, notification_ids: list[Any], backlog_priority: str 
                 break
             if done.sends:
                 _send_seconds[channel] = done.send_seconds / done.sends
+            if done.backlog_full:
+                drain = channel
             chunk = _paced_chunk(channel)
+    # A backlog bigger than a claim: this thread goes on taking it, a chunk at a time, while its
+    # claims come back full. Otherwise only a message whose own row is still unclaimed takes more,
+    # and the threads whose messages found their rows taken sit idle while a few send it all.
+    while drain is not None and not come_back and time.monotonic() - started < BATCH_SECONDS:
+        backlog = backlog_claim_for(channel=drain, priority=queue_priority, own=0, size=_paced_chunk(drain))
+        if backlog is None:
+            break
+        done = _chunk_deliver(drain, [], outcomes, deadline=started + BATCH_SECONDS, backlog=backlog)
+        if done.sends:
+            _send_seconds[drain] = done.send_seconds / done.sends
+        come_back += done.turn_waiting + done.given_back + done.left
+        if come_back:
+            retry_after = max(retry_after, TURN_WAIT_SECONDS if done.turn_waiting else 0.0, done.wait)
+        if not done.backlog_full:
+            break
     if come_back and retry_after > get_config().broker_delay_max_seconds:
         # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
         _hold(come_back, seconds=retry_after, outcomes=outcomes)
@@ -155,6 +173,7 @@ class _ChunkDone(NamedTuple):
     tried: int
     sends: int = 0
     send_seconds: float = 0.0
+    backlog_full: bool = False  # its claim took as many backlog rows as it asked for: there may be more
 
 
 def _chunk_deliver(
@@ -167,12 +186,17 @@ def _chunk_deliver(
     backlog: BacklogClaim | None = None,
 ) -> _ChunkDone:
     """Slots, claim, sends and records of one chunk of a channel and client (and of the backlog
-    rows its claim took beside it). Every id not delivered or decided is given back unsent."""
-    reservation = reserve_send_slot(
-        channel_spec(channel).rate_limit_bucket,
-        account=provider_account(channel),
-        count=len(ids),
-        holder="" if client_id is None else str(client_id),
+    rows its claim took beside it; no ids: the backlog alone). Every id not delivered or decided is
+    given back unsent."""
+    reservation = (
+        reserve_send_slot(
+            channel_spec(channel).rate_limit_bucket,
+            account=provider_account(channel),
+            count=len(ids),
+            holder="" if client_id is None else str(client_id),
+        )
+        if ids
+        else Reservation(True, 0.0, 0)
     )
     if not reservation.reserved:
         metrics.record_rate_limited(channel=channel)
@@ -190,7 +214,9 @@ def _chunk_deliver(
     slots = {pk: (reserved_at, reservation.slot_wait(index)) for index, pk in enumerate(slotted)}
     admitted = Admitted()
     extras = [pair for pair in claimed if str(pair[0].pk) not in slots]
+    backlog_full = backlog is not None and not left and len(extras) >= backlog.limit
     if extras:
+        backlog_claims_note([notification for notification, _ in extras])
         admitted = backlog_admit(channel=channel, claimed=extras, claimed_at=extras[0][1].started_at, outcomes=outcomes)
         slots.update(admitted.slots)
         claimed = [pair for pair in claimed if str(pair[0].pk) in slots]
@@ -219,7 +245,7 @@ def _chunk_deliver(
                 continue
             send_started = time.monotonic()
             try:
-                result = _notification_send(notification, attempt)
+                result = notification_send(notification, attempt)
             finally:
                 sends, send_seconds = sends + 1, send_seconds + time.monotonic() - send_started
                 if isinstance(turn, WebhookTurn):
@@ -238,7 +264,9 @@ def _chunk_deliver(
             Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
     left = [str(n.pk) for n in untried] + left
     wait = max(_come_back_after(reservation, left), 0.001 if untried else 0.0, admitted.wait)
-    return _ChunkDone(left, wait, [str(n.pk) for n in turn_waiting], admitted.given_back, tried, sends, send_seconds)
+    return _ChunkDone(
+        left, wait, [str(n.pk) for n in turn_waiting], admitted.given_back, tried, sends, send_seconds, backlog_full
+    )
 
 
 def _paced_chunk(channel: str) -> int:
@@ -334,63 +362,3 @@ def _claimed_attempt(notification: Notification, *, now: datetime) -> DeliveryAt
     if attempt.id is not None:
         attempt._state.adding, attempt._state.db = False, connection.alias
     return attempt
-
-
-def _notification_send(notification: Notification, attempt: DeliveryAttempt) -> Sent | DeliveryOutcome:
-    """Call the provider; a failure is recorded here and now, a success is returned to record."""
-    message = OutgoingMessage(
-        notification_id=str(notification.pk),
-        channel=notification.channel,
-        address=notification.address,
-        subject=notification.subject,
-        body=notification.message,
-        metadata=notification.metadata,
-        idempotency_key=str(notification.pk),
-        client_name=notification.client_name,
-        webhook_secret=notification.client_webhook_secret,
-        webhook_previous_secret=notification.client_webhook_previous_secret or "",
-        html_body=notification.html_message,
-        headers=notification.headers,
-    )
-    # Provider failover: the first account of the channel whose circuit is not open (services/delivery/failover.py);
-    # in test mode the capture sink, which has no account and no circuit (services/delivery/capture.py).
-    provider: Provider
-    if notification_is_test(notification):
-        attempt.account, provider = "", CaptureSink(client_id=notification.client_id)
-    else:
-        attempt.account, provider = provider_for_send(notification.channel)
-    started = time.monotonic()
-    with tracing.provider_span(notification, attempt.number) as span:
-        try:
-            result = provider.send(message)
-        except PermanentChannelError as exc:
-            if exc.code == "not_configured":
-                # Missing settings do not appear between two tries: the message fails at once (a
-                # route moves on to its next channel now), and with backups the account's circuit
-                # counts it, so the next sends go to an account that can send.
-                tracing.record_outcome(span, "permanent_error")
-                provider_send_record(notification.channel, attempt.account, ok=False)
-                return record_permanent_failure(notification, attempt, exc, started)
-            if provider_error_is_account_level(exc):
-                # A revoked token or a refused login is the account's fault, not the recipient's:
-                # a failure for the circuit (the next sends go to a backup) and a retry, recorded
-                # as the transient error it is for this message (outcome and class agree).
-                tracing.record_outcome(span, "transient_error")
-                provider_send_record(notification.channel, attempt.account, ok=False)
-                return record_transient_failure(notification, attempt, account_refused(exc), started)
-            tracing.record_outcome(span, "permanent_error")
-            provider_send_record(notification.channel, attempt.account, ok=True)  # it answered: the account works
-            return record_permanent_failure(notification, attempt, exc, started)
-        except TransientChannelError as exc:
-            tracing.record_outcome(span, "transient_error")
-            provider_send_record(notification.channel, attempt.account, ok=False)
-            return record_transient_failure(notification, attempt, exc, started)
-        except Exception as exc:
-            # A provider bug is not the recipient's fault: retry it like a transient error.
-            logger.exception("provider for %s raised unexpectedly", notification.channel)
-            tracing.record_outcome(span, "transient_error")
-            provider_send_record(notification.channel, attempt.account, ok=False)
-            return record_transient_failure(notification, attempt, exc, started)
-        tracing.record_outcome(span, "delivered")
-    provider_send_record(notification.channel, attempt.account, ok=True)
-    return Sent(notification, attempt, result, time.monotonic() - started)
