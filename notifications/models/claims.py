@@ -61,7 +61,7 @@ def rows_as_models(model: type[M], sql: str, params: list[Any]) -> list[M]:
     width, converters = _model_readers(model)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        extra = [column.name for column in cursor.description[width:]]
+        extra = [column[0] for column in cursor.description[width:]]
         rows = cursor.fetchall()
     made = []
     for row in rows:
