@@ -62,9 +62,13 @@ def test_rate_limit_waits_do_not_spend_the_retries_of_an_unexpected_error(
     """Four waits for a send slot, then an error nobody modelled: the error still gets all of its
     broker retries (Dramatiq's Retries middleware counts every exception, Retry included)."""
     calls: list[str] = []
+    published: list[float | None] = []
 
-    def deliver(*, notification_ids: list[Any], backlog_priority: str | None = None) -> dict[str, services.DeliveryOutcome]:
+    def deliver(
+        *, notification_ids: list[Any], backlog_priority: str | None = None, published_ms: float | None = None
+    ) -> dict[str, services.DeliveryOutcome]:
         assert notification_ids == ["any-id"]
+        published.append(published_ms)
         calls.append("wait" if len(calls) < 4 else "error")
         if len(calls) <= 4:
             raise services.SendRateLimited(0.001, notification_ids=notification_ids)
@@ -75,6 +79,9 @@ def test_rate_limit_waits_do_not_spend_the_retries_of_an_unexpected_error(
     drain(stub_broker, stub_worker)
 
     assert calls == ["wait"] * 4 + ["error"] * (1 + actors.UNEXPECTED_ERROR_RETRIES)
+    # Only its first delivery is told when it was published: a message coming back keeps that
+    # timestamp but may carry rows a backlog claim gave back since (services/delivery/backlog.py).
+    assert published[0] is not None and published[1:5] == [None] * 4
     [failed] = stub_broker.dead_letters
     assert failed.options["retries"] == actors.UNEXPECTED_ERROR_RETRIES + 1
 
