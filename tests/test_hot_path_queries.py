@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from psycopg.pq import TransactionStatus
 
 from notifications import services
-from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, OutcomeCount, Status
+from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, OutcomeCount, Status, Suppression
 from notifications.selectors import notifications_pending_delivery
 from notifications.services.delivery import send as delivery
 
@@ -45,14 +45,34 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield published
 
 
+@pytest.mark.parametrize("stored", ["opted out", "suppressed"])
+def test_one_read_of_a_single_accept_sees_both_its_recipients_consent_and_its_address_suppression(
+    no_publish: list[str], stored: str
+) -> None:
+    client, _ = make_api_client()
+    if stored == "opted out":
+        make_recipient(client, "u1", email="old@example.com")
+        services.recipient_preferences_replace(client=client, user_id="u1", channels={"email": False}, categories={})
+    else:
+        Suppression.objects.create(client=client, channel="email", address="ann@example.com", reason="bounced")
+    request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
+    with CaptureQueriesContext(connection) as queries:
+        result = services.notification_accept(client=client, request=request, idempotency_key="k1", fingerprint="f1")
+    assert statements(queries)[:2] == ["SELECT", "SELECT"] and statements(queries)[2] != "SELECT"
+    notification = Notification.objects.get(pk=result.notification_id)
+    assert notification.status == Status.SUPPRESSED
+    assert notification.suppressed_reason == ("preference" if stored == "opted out" else "bounced")
+    assert no_publish == []
+
+
 def test_one_accept_with_an_address_is_two_inserts_in_one_transaction(no_publish: list[str]) -> None:
     client, _ = make_api_client()
     request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
     with CaptureQueriesContext(connection) as queries:
         result = services.notification_accept(client=client, request=request, idempotency_key="k1", fingerprint="f1")
-    # The three reads, each one index probe: the category, the recipient's consent (preferences,
-    # quiet hours) and the address's suppression; then one write transaction.
-    assert statements(queries) == ["SELECT", "SELECT", "SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
+    # Two reads: the category, then the recipient's consent (preferences, quiet hours) and the
+    # address's suppression in one statement (two index probes); then one write transaction.
+    assert statements(queries) == ["SELECT", "SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
     assert no_publish == [result.notification_id]
     notification = Notification.objects.get(pk=result.notification_id)
     assert (notification.status, notification.enqueued_at is not None) == (Status.QUEUED, True)

@@ -28,6 +28,7 @@ from ...selectors import (
     category_get,
     notification_get,
     recipient_and_category,
+    recipient_with_suppression,
     recipients_by_user_id,
 )
 from ..digests.close import digest_member_cancel
@@ -189,6 +190,8 @@ def notification_build(
     """The notification the request asks for, validated, addressed, rendered and checked against
     its recipient's consent (suppressed, or held to the end of quiet hours), not yet saved; its
     recipient and suppression read from ``lookups`` when a batch read them for all its items."""
+    if lookups is None:
+        lookups = accept_lookup_single(client=client, request=request)
     recipient, category = accept_recipient(client=client, request=request, lookups=lookups)
     target = accept_target(client=client, request=request, recipient=recipient, category=category)
     contents = accept_contents(client=client, request=request, recipient=recipient, category=category, target=target)
@@ -205,6 +208,24 @@ def notification_build(
         contents=contents,
         consent=consent,
         now=now,
+    )
+
+
+def accept_lookup_single(*, client: ApiClient, request: NotificationRequest) -> AcceptLookups | None:
+    """A single accept's recipient and suppression in one statement when its request gives its one
+    address (``to``, as most do); None otherwise: the build reads them itself."""
+    if request.channels or not request.to:
+        return None
+    try:
+        address = validate_address(request.channel, request.to, field="to")
+    except ValidationFailed:
+        return None
+    recipient, reason = recipient_with_suppression(
+        client=client, user_id=request.user_id, channel=request.channel, address=address
+    )
+    return AcceptLookups(
+        recipients={request.user_id: recipient} if recipient is not None else {},
+        suppressions={(request.channel, address): reason} if reason else {},
     )
 
 
