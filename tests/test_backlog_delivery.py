@@ -226,6 +226,36 @@ def test_a_message_published_after_the_backlog_claim_of_its_row_is_delivered(
     assert recipients(smtp_server).count("m3@example.com") == 2
 
 
+def test_backlog_rows_a_failed_chunk_gave_back_are_delivered_by_their_own_messages(
+    no_publish: list[str], smtp_server: LocalSmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = make_api_client()
+    ids = accept_singles(client, 10, prefix="f")
+    waited(ids)
+    delivery._send_seconds["email"] = 0.001
+    real_send, calls = delivery.notification_send, []
+
+    def send_then_fail(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("the worker died here")  # an error nobody modelled, mid-chunk
+        return real_send(*args)
+
+    monkeypatch.setattr(delivery, "notification_send", send_then_fail)
+    with pytest.raises(RuntimeError):
+        services.notifications_deliver(notification_ids=[ids[0]], backlog_priority="high")
+    monkeypatch.setattr(delivery, "notification_send", real_send)
+    given_back = list(Notification.objects.filter(pk__in=ids, status=Status.QUEUED).values_list("pk", flat=True))
+    assert len(given_back) == 7  # two sent, one in the send that failed (the sweeper's), seven never tried
+    # Their claim noted them for their messages, then took the notes back: the first of their
+    # messages delivers its row (and, as a backlog claim, the six others).
+    outcomes = services.notifications_deliver(
+        notification_ids=[str(given_back[0])], backlog_priority="high", published_ms=ms_ago(10)
+    )
+    assert {outcomes[str(pk)].outcome for pk in given_back} == {"delivered"}
+    assert delivered([str(pk) for pk in given_back])
+
+
 def test_a_worker_goes_on_taking_a_backlog_bigger_than_one_claim(no_publish: list[str], smtp_server: LocalSmtpServer) -> None:
     client, _ = make_api_client()
     ids = accept_singles(client, 23, prefix="g")

@@ -70,8 +70,8 @@ def test_one_accept_with_an_address_is_two_inserts_in_one_transaction(no_publish
     request = services.NotificationRequest(user_id="u1", message="hello", to="ann@example.com")
     with CaptureQueriesContext(connection) as queries:
         result = services.notification_accept(client=client, request=request, idempotency_key="k1", fingerprint="f1")
-    # Two reads: the category, then the recipient's consent (preferences, quiet hours) and the
-    # address's suppression in one statement (two index probes); then one write transaction.
+    # Two reads: the recipient's consent (preferences, quiet hours) and the address's suppression
+    # in one statement (two index probes), then the category; then one write transaction.
     assert statements(queries) == ["SELECT", "SELECT", "BEGIN", "INSERT", "INSERT", "COMMIT"], queries.captured_queries
     assert no_publish == [result.notification_id]
     notification = Notification.objects.get(pk=result.notification_id)

@@ -68,13 +68,13 @@ def _claims_key() -> str:
     return cache.make_key("backlog:claimed")
 
 
-def backlog_claims_note(notifications: list[Notification]) -> None:
-    """Note a backlog claim's rows (those no message of the claim named) as claimed now, for the
-    messages that named them (backlog_claimed). Best effort: without Redis they read their rows."""
+def backlog_claims_note(notifications: list[Notification], *, claimed_at: datetime) -> None:
+    """Note rows a backlog claim took at ``claimed_at`` (no message of the claim named them), for
+    the messages that named them (backlog_claimed). Best effort: without a note they read their rows."""
     client = redis_client()
     if client is None or not notifications:
         return
-    now_ms = time.time() * 1000
+    now_ms = claimed_at.timestamp() * 1000
     with _local_claims_lock:
         for notification in notifications:
             _local_claims[str(notification.pk)] = now_ms
@@ -92,12 +92,25 @@ def backlog_claims_note(notifications: list[Notification]) -> None:
     _claims_outage.call(note, fallback=lambda: None, counted=False)
 
 
+def backlog_claims_forget(ids: list[str]) -> None:
+    """Take back the notes of rows given back unsent: their own messages deliver them."""
+    client = redis_client()
+    if client is None or not ids:
+        return
+    with _local_claims_lock:
+        for pk in ids:
+            _local_claims.pop(pk, None)
+    _claims_outage.call(lambda: client.zrem(_claims_key(), *ids), fallback=lambda: None, counted=False)
+
+
 def backlog_claimed(ids: list[str], *, published_ms: float | None) -> set[str]:
     """Those of ``ids`` (a message's, published at ``published_ms``, epoch ms) that a backlog claim
     took after the message was published: the claim answers for them (it sends them, or gives them
     back with its own message or to the sweeper), so the message has nothing to do for them."""
     if published_ms is None or time.time() * 1000 - published_ms < BACKLOG_AFTER_SECONDS * 1000:
         return set()
+    if connection.vendor != "postgresql":
+        return set()  # no backlog claims there (backlog_claim_for), so no notes
     client = redis_client()
     if client is None:
         return set()

@@ -26,7 +26,15 @@ from ...conf import get_config
 from ...models import BacklogClaim, DeliveryAttempt, Notification
 from ...ratelimit import Reservation, reserve_send_slot
 from ...selectors import notifications_pending_delivery
-from .backlog import Admitted, backlog_admit, backlog_claim_for, backlog_claimed, backlog_claims_note, backlog_order
+from .backlog import (
+    Admitted,
+    backlog_admit,
+    backlog_claim_for,
+    backlog_claimed,
+    backlog_claims_forget,
+    backlog_claims_note,
+    backlog_order,
+)
 from .outcomes import DeliveryOutcome, Sent, deliveries_record
 from .provider_call import notification_send
 from .withhold import consent_before_send
@@ -40,6 +48,10 @@ CHUNK_SECONDS = 2.0
 FIRST_CHUNK = 5
 # Past this, what is left of a batch goes back on the queue (well inside the 120 s time limit).
 BATCH_SECONDS = 60.0
+# A thread goes on taking a backlog beside its message this long at most: another channel's
+# message already prefetched by its process (a high SMS behind an email backlog) waits for a free
+# thread no longer than a few chunks.
+DRAIN_SECONDS = 3 * CHUNK_SECONDS
 # channel -> seconds a send of it took lately in this process (its last chunk's): sizes the next
 # chunk, and the backlog a claim takes.
 _send_seconds: dict[str, float] = {}
@@ -140,7 +152,7 @@ def notifications_deliver(
     # A backlog bigger than a claim: this thread goes on taking it, a chunk at a time, while its
     # claims come back full. Otherwise only a message whose own row is still unclaimed takes more,
     # and the threads whose messages found their rows taken sit idle while a few send it all.
-    while drain is not None and not come_back and time.monotonic() - started < BATCH_SECONDS:
+    while drain is not None and not come_back and time.monotonic() - started < DRAIN_SECONDS:
         backlog = backlog_claim_for(channel=drain, priority=queue_priority, own=0, size=_paced_chunk(drain))
         if backlog is None:
             break
@@ -216,8 +228,10 @@ def _chunk_deliver(
     extras = [pair for pair in claimed if str(pair[0].pk) not in slots]
     backlog_full = backlog is not None and not left and len(extras) >= backlog.limit
     if extras:
-        backlog_claims_note([notification for notification, _ in extras])
         admitted = backlog_admit(channel=channel, claimed=extras, claimed_at=extras[0][1].started_at, outcomes=outcomes)
+        # Noted for their messages only once admitted (sent by this thread): a row given back has
+        # its message deliver it, whatever then becomes of this one.
+        backlog_claims_note([n for n, _ in extras if str(n.pk) in admitted.slots], claimed_at=extras[0][1].started_at)
         slots.update(admitted.slots)
         claimed = [pair for pair in claimed if str(pair[0].pk) in slots]
         # The claim's slots, earliest first, go to its rows in the claim's order (priority, turns, due).
@@ -262,6 +276,8 @@ def _chunk_deliver(
         untried = [notification for notification, _ in claimed[tried:]]
         if untried or turn_waiting:
             Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
+            # Their messages deliver them, should this thread not come back with them (an error).
+            backlog_claims_forget([str(n.pk) for n in untried + turn_waiting])
     left = [str(n.pk) for n in untried] + left
     wait = max(_come_back_after(reservation, left), 0.001 if untried else 0.0, admitted.wait)
     return _ChunkDone(
