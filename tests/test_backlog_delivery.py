@@ -169,15 +169,21 @@ def test_another_clients_single_notification_is_not_behind_a_clients_backlog(
     assert len(order) == 301
 
 
-def test_a_message_whose_ids_another_claim_took_costs_one_read_and_sends_nothing_twice(
-    no_publish: list[str], smtp_server: LocalSmtpServer
-) -> None:
+def backlog_sent_by_one_claim(smtp_server: LocalSmtpServer, count: int) -> list[str]:
+    """``count`` single accepts waiting as a backlog, all sent by the claim of the first one's message."""
     client, _ = make_api_client()
-    ids = accept_singles(client, 30, prefix="m")
+    ids = accept_singles(client, count, prefix="m")
     waited(ids)
     delivery._send_seconds["email"] = 0.001
     services.notifications_deliver(notification_ids=[ids[0]], backlog_priority="high")
-    assert len(smtp_server.received) == 30 and delivered(ids)
+    assert len(smtp_server.received) == count and delivered(ids)
+    return ids
+
+
+def test_a_message_whose_ids_another_claim_took_costs_one_read_and_sends_nothing_twice(
+    no_publish: list[str], smtp_server: LocalSmtpServer
+) -> None:
+    ids = backlog_sent_by_one_claim(smtp_server, 30)
     with CaptureQueriesContext(connection) as queries:
         outcomes = services.notifications_deliver(notification_ids=[ids[7]], backlog_priority="high")
     assert [q["sql"].split()[0].upper() for q in queries.captured_queries] == ["SELECT"]
@@ -193,12 +199,7 @@ def ms_ago(seconds: float) -> float:
 def test_a_message_published_before_a_backlog_claim_took_its_row_makes_no_statement(
     no_publish: list[str], smtp_server: LocalSmtpServer, monkeypatch: pytest.MonkeyPatch, claimed_in: str
 ) -> None:
-    client, _ = make_api_client()
-    ids = accept_singles(client, 30, prefix="m")
-    waited(ids)
-    delivery._send_seconds["email"] = 0.001
-    services.notifications_deliver(notification_ids=[ids[0]], backlog_priority="high")
-    assert len(smtp_server.received) == 30
+    ids = backlog_sent_by_one_claim(smtp_server, 30)
     if claimed_in == "another process":
         monkeypatch.setattr(backlog, "_local_claims", OrderedDict())  # only Redis knows of the claim
     # Its message, published (as accepts publish) 10 s before the claim: the claim answered for it.
