@@ -167,7 +167,10 @@ def reserve_send_slot(channel: str, *, account: str = "", max_wait: float = 1.0,
     """Reserve the next send slot of the channel (or the next ``count``, at most as many as fall
     within ``max_wait``), or of its provider ``account`` when that account has a limit of its own
     (``sms:ACxxx=5/s``); sends without a limit are always free. With a ``holder`` (an API
-    client), no more than RATE_LIMIT_HOLD_SECONDS of the bucket's time is reserved for it ahead."""
+    client), no more than RATE_LIMIT_HOLD_SECONDS of the bucket's time is reserved for it ahead.
+    ``count`` 0 (a claim of the backlog alone, whose rows take their slots once claimed): nothing."""
+    if count <= 0:
+        return Reservation(True, 0.0, 0)
     config = get_config()
     found = config.rate_limit(channel, account)
     if found is None:

@@ -58,10 +58,12 @@ from .records import (
     ProcessedEvent,
     Resolution,
 )
+from .rows import model_instances
 from .status_events import StatusEvent, StatusEventState, StatusEventType
 from .suppressions import Suppression, SuppressionReason
 
 __all__ = [
+    "model_instances",
     "InboxCounter",
     "InboxCounts",
     "InboxEvent",

@@ -9,15 +9,12 @@ other workers' claims and the records of their deliveries queued behind a Python
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db import connection, models
+from django.db import connection
 
 from .attempts import DeliveryAttempt
-
-M = TypeVar("M", bound=models.Model)
 
 # The attempt's columns taken from its claimed row; every other column gets its field's default.
 _FROM_CLAIMED = {"notification": "id", "number": "last_attempt_number + 1", "channel": "channel"}
@@ -49,40 +46,3 @@ def claim_with_attempts_sql(*, prefix: str, update: str, params: list[Any], now:
         f"SELECT claimed.*, attempt.id AS attempt_id FROM claimed JOIN attempt ON attempt.notification_id = claimed.id"
     )
     return sql, [*params, *extra]
-
-
-def rows_as_models(model: type[M], sql: str, params: list[Any]) -> list[M]:
-    """Run ``sql``, whose columns are ``model``'s concrete fields in their order and then any
-    others, and return one instance a row, the other columns set on it as attributes.
-
-    What ``Model.objects.raw`` makes of it, without its per-query resolution of columns to fields
-    and per-row converter pipeline: a claim builds fifty at a time, and that was a tenth of a
-    worker's time in a drain."""
-    width, converters = _model_readers(model)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        extra = [column[0] for column in cursor.description[width:]]
-        rows = cursor.fetchall()
-    made = []
-    for row in rows:
-        values = list(row[:width])
-        for index, convert, expression in converters:
-            values[index] = convert(values[index], expression, connection)
-        instance = model.from_db(connection.alias, None, values)  # type: ignore[arg-type]
-        for name, value in zip(extra, row[width:], strict=True):
-            setattr(instance, name, value)
-        made.append(instance)
-    return made
-
-
-@functools.cache
-def _model_readers(model: type[models.Model]) -> tuple[int, list[tuple[int, Any, Any]]]:
-    """How many concrete fields ``model`` has, and the database converters of those that have one
-    (a JSON field's decoding), with the column expression each is given."""
-    fields = model._meta.concrete_fields
-    converters = []
-    for index, field in enumerate(fields):
-        column = field.get_col(model._meta.db_table)
-        for convert in [*connection.ops.get_db_converters(column), *field.get_db_converters(connection)]:
-            converters.append((index, convert, column))
-    return len(fields), converters

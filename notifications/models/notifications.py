@@ -13,10 +13,11 @@ from ..errors import InvalidTransition
 from ..sql import CountInto, update_rows
 from .attempts import AttemptOutcome, DeliveryAttempt
 from .backlog import BacklogClaim, backlog_rows_sql
-from .claims import claim_with_attempts_sql, rows_as_models
+from .claims import claim_with_attempts_sql
 from .clients import ApiClient
 from .content import Category, Channel
 from .outcome_counts import OUTCOME_COUNT_KEY, OutcomeCount
+from .rows import rows_as_models
 
 
 class Priority(models.TextChoices):

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypedDict
 
-from django.db import connection, connections, models
+from django.db import connection, models
 from django.db.models import F, Q, QuerySet, Subquery
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -27,6 +27,7 @@ from ..models import (
     Resolution,
     Suppression,
     TemplateVariant,
+    model_instances,
 )
 
 # Re-exported: every read is reached as ``selectors.<name>``, whichever module of this package holds it.
@@ -191,12 +192,7 @@ def recipients_by_user_id(*, client: ApiClient, user_ids: Iterable[str]) -> dict
     with prepared_cursor() if len(wanted) == 1 else connection.cursor() as cursor:
         cursor.execute(sql, [client.pk, *wanted])
         rows = cursor.fetchall()
-    if not rows:
-        return {}
-    compiler, converters = _recipient_converters(connections[connection.alias])
-    names = [field.attname for field in Recipient._meta.concrete_fields]
-    recipients = (Recipient.from_db(connection.alias, names, values) for values in compiler.apply_converters(rows, converters))
-    return {recipient.user_id: recipient for recipient in recipients}
+    return {recipient.user_id: recipient for recipient in model_instances(Recipient, rows)}
 
 
 def recipient_with_suppression(*, client: ApiClient, user_id: str, channel: str, address: str) -> tuple[Recipient | None, str]:
@@ -217,24 +213,12 @@ def recipient_with_suppression(*, client: ApiClient, user_id: str, channel: str,
     *values, reason = row
     if values[0] is None:  # no recipient: the LEFT JOIN's columns are all NULL
         return None, reason or ""
-    compiler, converters = _recipient_converters(connections[connection.alias])
-    names = [field.attname for field in Recipient._meta.concrete_fields]
-    (converted,) = compiler.apply_converters([values], converters)
-    return Recipient.from_db(connection.alias, names, list(converted)), reason or ""
+    return model_instances(Recipient, [values])[0], reason or ""
 
 
 @functools.cache
 def _recipient_columns(prefix: str = "") -> str:
     return ", ".join(prefix + connection.ops.quote_name(str(field.column)) for field in Recipient._meta.concrete_fields)
-
-
-@functools.lru_cache(maxsize=256)
-def _recipient_converters(database: Any) -> tuple[Any, dict[int, Any]]:
-    """The ORM's compiler and converters of Recipient's columns, made once per thread's database
-    connection (``database``, its DatabaseWrapper), to which they are bound."""
-    compiler = Recipient.objects.all().query.get_compiler(connection=database)
-    table = Recipient._meta.db_table
-    return compiler, compiler.get_converters([field.get_col(table) for field in Recipient._meta.concrete_fields])
 
 
 def template_get(*, client: ApiClient, key: str) -> NotificationTemplate | None:

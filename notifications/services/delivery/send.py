@@ -133,19 +133,12 @@ def notifications_deliver(
             done = _chunk_deliver(
                 channel, taken, outcomes, deadline=started + BATCH_SECONDS, client_id=client_id, backlog=backlog
             )
-            if done.turn_waiting:
-                # Their client's webhook turns are all out: they come back in a moment, the rest go on.
-                come_back += done.turn_waiting
-                retry_after = max(retry_after, TURN_WAIT_SECONDS)
-            if done.given_back:
-                come_back += done.given_back  # backlog rows without a slot: their messages may be gone
-                retry_after = max(retry_after, done.wait)
+            _pace_note(channel, done)
+            back, wait = done.coming_back()
+            come_back, retry_after = come_back + back, max(retry_after, wait)
             if done.left:
-                come_back += done.left + waiting
-                retry_after = max(retry_after, done.wait)
+                come_back += waiting
                 break
-            if done.sends:
-                _send_seconds[channel] = done.send_seconds / done.sends
             if done.backlog_full:
                 drain = channel
             chunk = _paced_chunk(channel)
@@ -157,11 +150,9 @@ def notifications_deliver(
         if backlog is None:
             break
         done = _chunk_deliver(drain, [], outcomes, deadline=started + BATCH_SECONDS, backlog=backlog)
-        if done.sends:
-            _send_seconds[drain] = done.send_seconds / done.sends
-        come_back += done.turn_waiting + done.given_back + done.left
-        if come_back:
-            retry_after = max(retry_after, TURN_WAIT_SECONDS if done.turn_waiting else 0.0, done.wait)
+        _pace_note(drain, done)
+        back, wait = done.coming_back()
+        come_back, retry_after = come_back + back, max(retry_after, wait)
         if not done.backlog_full:
             break
     if come_back and retry_after > get_config().broker_delay_max_seconds:
@@ -187,6 +178,13 @@ class _ChunkDone(NamedTuple):
     send_seconds: float = 0.0
     backlog_full: bool = False  # its claim took as many backlog rows as it asked for: there may be more
 
+    def coming_back(self) -> tuple[list[str], float]:
+        """The ids that come back with the message in hand, and after how long: those whose client
+        had no webhook turn free (in a moment, the rest go on), the backlog rows given back
+        without a slot (their messages may be gone), those that found no slot or time."""
+        wait = max(TURN_WAIT_SECONDS if self.turn_waiting else 0.0, self.wait if self.given_back or self.left else 0.0)
+        return self.turn_waiting + self.given_back + self.left, wait
+
 
 def _chunk_deliver(
     channel: str,
@@ -200,15 +198,11 @@ def _chunk_deliver(
     """Slots, claim, sends and records of one chunk of a channel and client (and of the backlog
     rows its claim took beside it; no ids: the backlog alone). Every id not delivered or decided is
     given back unsent."""
-    reservation = (
-        reserve_send_slot(
-            channel_spec(channel).rate_limit_bucket,
-            account=provider_account(channel),
-            count=len(ids),
-            holder="" if client_id is None else str(client_id),
-        )
-        if ids
-        else Reservation(True, 0.0, 0)
+    reservation = reserve_send_slot(
+        channel_spec(channel).rate_limit_bucket,
+        account=provider_account(channel),
+        count=len(ids),
+        holder="" if client_id is None else str(client_id),
     )
     if not reservation.reserved:
         metrics.record_rate_limited(channel=channel)
@@ -283,6 +277,12 @@ def _chunk_deliver(
     return _ChunkDone(
         left, wait, [str(n.pk) for n in turn_waiting], admitted.given_back, tried, sends, send_seconds, backlog_full
     )
+
+
+def _pace_note(channel: str, done: _ChunkDone) -> None:
+    """The pace of ``channel`` lately in this process: its last chunk's providers' time a send."""
+    if done.sends:
+        _send_seconds[channel] = done.send_seconds / done.sends
 
 
 def _paced_chunk(channel: str) -> int:
