@@ -17,7 +17,10 @@ class AttemptOutcome(models.TextChoices):
 class DeliveryAttempt(models.Model):
     """One try at handing a notification to its provider; never edited after it finishes."""
 
-    notification = models.ForeignKey("notifications.Notification", on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: the unique (notification, number) below leads with it.
+    notification = models.ForeignKey(
+        "notifications.Notification", on_delete=models.CASCADE, related_name="attempts", db_index=False
+    )
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField(default=django_timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -40,7 +40,15 @@ def backlog_rows_sql(*, table: str, pending: Sequence[str], own: list[Any], back
     is in the very next claim. Bounded by clients, not by the backlog: the clients with pending
     rows on the channel are found by a skip scan of the partial index ``notif_pending_due`` (one
     probe a client), and each gives its oldest due rows by one more probe a priority. A row locked
-    by another claim is stepped over, never waited for."""
+    by another claim is stepped over, never waited for.
+
+    The rows it locks are not filtered again here: the claim's UPDATE takes only those still
+    pending (it rechecks a row another claim sent meanwhile, as PostgreSQL rechecks its WHERE on a
+    row updated since the statement began). A status filter on the locked table's side of the join
+    gave the planner, with statistics from before a burst of accepts, "three pending rows": a
+    nested loop comparing every candidate with every pending row (400 by 1,000 in a drain of
+    bench/email_singles.py, two thirds of each claim's time). Without it the candidates find
+    their rows by primary key, or by one hash, whatever the statistics say."""
     status_in = f"IN ({', '.join(['%s'] * len(pending))})"
     ranks = ", ".join(["(%s, %s)"] * len(backlog.priorities))
     not_own = f"AND y.id NOT IN ({', '.join(['%s'] * len(own))})" if own else ""
@@ -71,7 +79,6 @@ def backlog_rows_sql(*, table: str, pending: Sequence[str], own: list[Any], back
             ) c
             WHERE k.client_id IS NOT NULL
         ) r ON r.id = x.id
-        WHERE x.status {status_in}
         ORDER BY r.rank, r.turn, r.due, x.id
         LIMIT %s
         FOR UPDATE OF x SKIP LOCKED"""
@@ -87,7 +94,6 @@ def backlog_rows_sql(*, table: str, pending: Sequence[str], own: list[Any], back
         stamp,
         *own,
         per_client,
-        *pending,
         backlog.limit,
     ]
     return sql, params
