@@ -345,8 +345,14 @@ def update_rows(
         assignments.append(f"{quote(field_of(name).column)} = %s")
         same_params.append(field_of(name).get_db_prep_save(value, connection))
     conditions, where_params = [f"{table}.{quote(pk.column)} = v.column1"], []
+    # The rows are found by primary key, one probe each, and ``where`` is checked on each found
+    # (IS NOT DISTINCT FROM, which no index serves). With ``=``, PostgreSQL's planner, counting on
+    # statistics from before a burst ("one row in sending"), drove the record of a delivery from
+    # the status index and compared each of the hundreds of rows in ``sending`` with each of the
+    # batch's: a tenth of a second a record in a drain of 1,000 single accepts.
+    compare = "IS NOT DISTINCT FROM" if connection.vendor == "postgresql" else "="
     for name, value in (where or {}).items():
-        conditions.append(f"{table}.{quote(field_of(name).column)} = %s")
+        conditions.append(f"{table}.{quote(field_of(name).column)} {compare} %s")
         where_params.append(field_of(name).get_db_prep_save(value, connection))
     first_key = len(varying) + 2
     returning = f"{table}.{quote(pk.column)} AS pk" + "".join(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from notifications import services
@@ -111,3 +112,27 @@ def redundant_indexes(table: str) -> list[str]:
 @pytest.mark.parametrize("model", [Notification, DeliveryAttempt], ids=["notifications", "attempts"])
 def test_a_table_a_send_writes_has_no_index_another_index_leads_with(model: Any) -> None:
     assert redundant_indexes(model._meta.db_table) == []
+
+
+def test_a_records_plan_finds_its_rows_by_key_not_among_every_row_in_sending(
+    no_publish: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 300 rows claimed and not yet recorded, as in a drain: with ``status = 'sending'`` as an index
+    # condition, the planner drove the record of five from the status index and compared each of
+    # the 300 with each of the five.
+    ids = backlog_of(300)
+    claimed_at = timezone.now()
+    Notification.objects.filter(pk__in=ids).update(status="sending", claimed_at=claimed_at)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        Notification.deliveries_finish(dict.fromkeys(ids[:5], "provider-id"), claimed_at=claimed_at, delivered_at=timezone.now())
+        transaction.set_rollback(True)
+    (record,) = [query["sql"] for query in queries.captured_queries if "UPDATE" in query["sql"]]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {record}")
+        found = cursor.fetchone()[0]
+        (plan,) = json.loads(found) if isinstance(found, str) else found
+        transaction.set_rollback(True)
+    nodes = plan_nodes(plan["Plan"])
+    looked_at = sum(node.get("Rows Removed by Join Filter", 0) + node.get("Rows Removed by Filter", 0) for node in nodes)
+    assert next(node for node in nodes if node.get("Operation") == "Update")["Actual Rows"] == 5
+    assert looked_at <= 5, f"{looked_at} rows looked at and dropped to record 5"

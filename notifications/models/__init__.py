@@ -48,7 +48,15 @@ from .notifications import (
     SuppressedReason,
     sources_of,
 )
-from .outcome_counts import LATENCY_BEYOND_MS, LATENCY_BOUNDS_MS, OUTCOME_COUNT_KEY, OutcomeCount, hour_of, latency_bucket_ms
+from .outcome_counts import (
+    LATENCY_BEYOND_MS,
+    LATENCY_BOUNDS_MS,
+    OUTCOME_COUNT_KEY,
+    OUTCOME_COUNT_SHARDS,
+    OutcomeCount,
+    hour_of,
+    latency_bucket_ms,
+)
 from .records import (
     DeadLetter,
     DeadLetterReason,
@@ -97,6 +105,7 @@ __all__ = [
     "Notification",
     "NotificationTemplate",
     "OUTCOME_COUNT_KEY",
+    "OUTCOME_COUNT_SHARDS",
     "OutcomeCount",
     "PENDING_STATUSES",
     "PROVIDER_STATUS_RANK",

@@ -30,7 +30,10 @@ LATENCY_BOUNDS_MS = (
 LATENCY_BEYOND_MS = 2_147_483_647
 # The key of a counter row, in the order its unique index has them (hour first: the dashboard
 # reads a range of hours).
-OUTCOME_COUNT_KEY = ("hour", "channel", "account", "status", "reason", "latency_le_ms")
+OUTCOME_COUNT_KEY = ("hour", "channel", "account", "status", "reason", "latency_le_ms", "shard")
+# Rows a counter is spread over: a worker thread adds to one of them (services/records/outcome_counts.py),
+# so threads recording at once do not queue on one row lock, each until its transaction commits.
+OUTCOME_COUNT_SHARDS = 8
 
 
 def latency_bucket_ms(seconds: float) -> int:
@@ -64,6 +67,8 @@ class OutcomeCount(models.Model):
         default=0, help_text="A delivery's accept-to-delivered bucket: at most this many ms (0 for failures)."
     )
     count = models.BigIntegerField(default=0)
+    # Which of the counter's rows (OUTCOME_COUNT_SHARDS): the dashboard sums them.
+    shard = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=list(OUTCOME_COUNT_KEY), name="outcome_count_key")]
