@@ -350,7 +350,8 @@ def update_rows(
     # statistics from before a burst ("one row in sending"), drove the record of a delivery from
     # the status index and compared each of the hundreds of rows in ``sending`` with each of the
     # batch's: a tenth of a second a record in a drain of 1,000 single accepts.
-    compare = "IS NOT DISTINCT FROM" if connection.vendor == "postgresql" else "="
+    # (SQLite's IS is the same null-safe equality: a None in ``where`` matches NULL on both.)
+    compare = "IS NOT DISTINCT FROM" if connection.vendor == "postgresql" else "IS"
     for name, value in (where or {}).items():
         conditions.append(f"{table}.{quote(field_of(name).column)} {compare} %s")
         where_params.append(field_of(name).get_db_prep_save(value, connection))

@@ -3,7 +3,7 @@ RETURNING`` as a data-modifying CTE, and an ``INSERT`` of each claimed row's att
 
 As one statement in autocommit the claim commits as it returns. As two statements in a transaction
 it stayed open while the worker read the claimed rows and sent the insert; meanwhile it held the
-rows it had claimed and those a backlog claim had locked and rechecked (models/backlog.py), so
+rows it had claimed and those a backlog claim had locked (models/backlog.py), so
 other workers' claims and the records of their deliveries queued behind a Python thread.
 """
 

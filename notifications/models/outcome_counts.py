@@ -48,11 +48,12 @@ def hour_of(moment: datetime) -> datetime:
 
 
 class OutcomeCount(models.Model):
-    """How many notifications accepted in ``hour`` are now ``status`` (delivered, failed or dead),
-    by channel, the provider account of the attempt that ended them, the failure's reason and, for
-    a delivery, its accept-to-delivered bucket. Added to in the transaction that records each
-    outcome and taken from when a retry sends a failed one again (services/records/outcome_counts.py), so
-    the dashboard sums a few thousand rows where a query of the notifications would read millions."""
+    """One row (``shard``) of the counter of how many notifications accepted in ``hour`` are now
+    ``status`` (delivered, failed or dead), by channel, the provider account of the attempt that
+    ended them, the failure's reason and, for a delivery, its accept-to-delivered bucket: the sum
+    of its rows is the count, a row alone may be negative. Added to in the transaction that records
+    each outcome and taken from when a retry sends a failed one again (services/records/outcome_counts.py),
+    so the dashboard sums some thousands of rows where a query of the notifications would read millions."""
 
     hour = models.DateTimeField(help_text="The notifications' created_at, to the hour (UTC).")
     channel = models.CharField(max_length=16)

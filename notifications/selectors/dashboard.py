@@ -1,7 +1,7 @@
 """The admin dashboard's figures over the last hours, read from the outcome counters.
 
-Delivered, failed and dead come from ``OutcomeCount`` (a few thousand rows for a week, whatever
-the traffic); the other statuses, which are few or short-lived, from the notifications through
+Delivered, failed and dead come from ``OutcomeCount`` (some thousands of rows for a week, whatever
+the traffic, each counter's rows summed); the other statuses, which are few or short-lived, from the notifications through
 their (status, created_at) index. Nothing here reads a window's notifications row by row: at a
 million notifications a week that was 0.5 s a figure (bench/dashboard.py measures both).
 """

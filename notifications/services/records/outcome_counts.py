@@ -9,6 +9,7 @@ retried leaves the dead count, and is counted again where it ends next.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -45,15 +46,21 @@ COUNTED_STATUSES = (Status.DELIVERED, Status.FAILED, Status.DEAD)
 OutcomeKey = tuple[datetime, str, str, str, str, int, int]
 
 _thread = threading.local()
+# Shards are handed to this process's threads in turn from a random start: its eight worker threads
+# get eight rows, and another process's threads mostly others.
+_next_shard = itertools.count(random.randrange(OUTCOME_COUNT_SHARDS))
+_next_shard_lock = threading.Lock()
 
 
 def _shard() -> int:
-    """This thread's row of every counter (models.OUTCOME_COUNT_SHARDS), picked at its first outcome:
-    sixteen worker threads recording deliveries at once each waited for the one row's lock, held
-    until its holder's commit, a Python round trip away (a tenth of a second at a drain's start)."""
+    """This thread's row of every counter (models.OUTCOME_COUNT_SHARDS), taken at its first
+    outcome: sixteen worker threads recording deliveries at once each waited for the one row's
+    lock, held until its holder's commit, a Python round trip away (a tenth of a second at a
+    drain's start)."""
     shard = getattr(_thread, "shard", None)
     if shard is None:
-        shard = _thread.shard = random.randrange(OUTCOME_COUNT_SHARDS)
+        with _next_shard_lock:
+            shard = _thread.shard = next(_next_shard) % OUTCOME_COUNT_SHARDS
     return int(shard)
 
 
