@@ -11,9 +11,11 @@ ran short takes no backlog for a while, so a claim never takes many rows only to
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -62,6 +64,39 @@ _claims_outage = RedisOutage("backlog_claims", consequence="each message of a ba
 LOCAL_CLAIMS_KEPT = 20_000
 _local_claims: OrderedDict[str, float] = OrderedDict()
 _local_claims_lock = threading.Lock()
+
+
+# channel -> backlog chunks this process is sending now (backlog_sending), and a condition its
+# threads wait on for them to end (backlog_sent_wait).
+_sending: Counter[str] = Counter()
+_sending_changed = threading.Condition()
+
+
+@contextlib.contextmanager
+def backlog_sending(channel: str) -> Iterator[None]:
+    """While a thread sends and records backlog rows of ``channel`` it claimed."""
+    with _sending_changed:
+        _sending[channel] += 1
+    try:
+        yield
+    finally:
+        with _sending_changed:
+            _sending[channel] -= 1
+            if not _sending[channel]:
+                del _sending[channel]
+                _sending_changed.notify_all()
+
+
+def backlog_sending_channel() -> str | None:
+    """A channel whose backlog this process is sending now, or None."""
+    with _sending_changed:
+        return next(iter(_sending), None)
+
+
+def backlog_sent_wait(channel: str, *, timeout: float) -> None:
+    """Wait, at most ``timeout`` seconds, until this process sends no backlog chunk of ``channel``."""
+    with _sending_changed:
+        _sending_changed.wait_for(lambda: not _sending.get(channel), timeout=timeout)
 
 
 def _claims_key() -> str:

@@ -34,6 +34,9 @@ from .backlog import (
     backlog_claims_forget,
     backlog_claims_note,
     backlog_order,
+    backlog_sending,
+    backlog_sending_channel,
+    backlog_sent_wait,
 )
 from .outcomes import DeliveryOutcome, Sent, deliveries_record
 from .provider_call import notification_send
@@ -93,11 +96,18 @@ def notifications_deliver(
     since are left to that claim without a read (backlog.backlog_claimed)."""
     ids = list(dict.fromkeys(str(pk) for pk in notification_ids))
     outcomes = dict.fromkeys(ids, DeliveryOutcome("skipped"))
+    helping = None
     if backlog_priority is not None:
         covered = backlog_claimed(ids, published_ms=published_ms)
         ids = [pk for pk in ids if pk not in covered]
         if not ids:
-            return outcomes
+            # Nothing of its own: the thread helps this process's threads with the backlog they are
+            # sending, then waits for their last chunks rather than take the next message. Each
+            # message of a drained backlog is one such, and sixteen threads taking them one after
+            # another while three sent the last rows slowed those sends by a fifth (bench/email_singles.py).
+            helping = backlog_sending_channel()
+            if helping is None:
+                return outcomes
     # The pending check also reads what consent depends on now, in the same one query.
     pending, now = notifications_pending_delivery(ids), timezone.now()
     # By channel and client: a client's sends reserve only its share of the channel's rate limit.
@@ -116,7 +126,7 @@ def notifications_deliver(
         by_channel.setdefault((found.channel, found.client_id), []).append(pk)
     come_back: list[str] = []
     retry_after = 0.0
-    queue_priority, drain = backlog_priority, None
+    queue_priority, drain = backlog_priority, helping
     started = time.monotonic()
     own = sum(len(waiting) for waiting in by_channel.values())
     for (channel, client_id), waiting in by_channel.items():
@@ -155,6 +165,8 @@ def notifications_deliver(
         come_back, retry_after = come_back + back, max(retry_after, wait)
         if not done.backlog_full:
             break
+    if helping is not None and not come_back:
+        backlog_sent_wait(helping, timeout=CHUNK_SECONDS)
     if come_back and retry_after > get_config().broker_delay_max_seconds:
         # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
         _hold(come_back, seconds=retry_after, outcomes=outcomes)
@@ -238,40 +250,42 @@ def _chunk_deliver(
     sent: list[Sent] = []
     turn_waiting: list[Notification] = []
     tried, sends, send_seconds = 0, 0, 0.0
-    try:
-        for notification, attempt in claimed:
-            if time.monotonic() > last_start:
-                break  # a slow provider: what is left goes back rather than past the time limit
-            slot_reserved_at, slot_wait = slots[str(notification.pk)]
-            pause = slot_reserved_at + slot_wait - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            tried += 1
-            turn = _client_turn(notification)
-            if turn is None:
-                turn_waiting.append(notification)
-                continue
-            send_started = time.monotonic()
-            try:
-                result = notification_send(notification, attempt)
-            finally:
-                sends, send_seconds = sends + 1, send_seconds + time.monotonic() - send_started
-                if isinstance(turn, WebhookTurn):
-                    turn.release()
-            if isinstance(result, Sent):
-                sent.append(result)
-            else:
-                outcomes[str(notification.pk)] = result
-    finally:
-        # Whatever ended the loop (the deadline, an error, the actor's time limit), the sends the
-        # provider took are recorded and the claims never tried are given back, not left in
-        # ``sending`` for the sweeper to count as interrupted attempts.
-        outcomes.update(deliveries_record(sent))
-        untried = [notification for notification, _ in claimed[tried:]]
-        if untried or turn_waiting:
-            Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
-            # Their messages deliver them, should this thread not come back with them (an error).
-            backlog_claims_forget([str(n.pk) for n in untried + turn_waiting])
+    # Backlog rows in hand: this process's threads whose messages find nothing wait for them (above).
+    with backlog_sending(channel) if extras else contextlib.nullcontext():
+        try:
+            for notification, attempt in claimed:
+                if time.monotonic() > last_start:
+                    break  # a slow provider: what is left goes back rather than past the time limit
+                slot_reserved_at, slot_wait = slots[str(notification.pk)]
+                pause = slot_reserved_at + slot_wait - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                tried += 1
+                turn = _client_turn(notification)
+                if turn is None:
+                    turn_waiting.append(notification)
+                    continue
+                send_started = time.monotonic()
+                try:
+                    result = notification_send(notification, attempt)
+                finally:
+                    sends, send_seconds = sends + 1, send_seconds + time.monotonic() - send_started
+                    if isinstance(turn, WebhookTurn):
+                        turn.release()
+                if isinstance(result, Sent):
+                    sent.append(result)
+                else:
+                    outcomes[str(notification.pk)] = result
+        finally:
+            # Whatever ended the loop (the deadline, an error, the actor's time limit), the sends the
+            # provider took are recorded and the claims never tried are given back, not left in
+            # ``sending`` for the sweeper to count as interrupted attempts.
+            outcomes.update(deliveries_record(sent))
+            untried = [notification for notification, _ in claimed[tried:]]
+            if untried or turn_waiting:
+                Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
+                # Their messages deliver them, should this thread not come back with them (an error).
+                backlog_claims_forget([str(n.pk) for n in untried + turn_waiting])
     left = [str(n.pk) for n in untried] + left
     wait = max(_come_back_after(reservation, left), 0.001 if untried else 0.0, admitted.wait)
     return _ChunkDone(
