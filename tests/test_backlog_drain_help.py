@@ -25,6 +25,12 @@ from .test_backlog_delivery import UNLIMITED, accept_singles, fresh_pace, no_pub
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def nothing_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No backlog chunk of an earlier test still counted as being sent in this process."""
+    monkeypatch.setattr(backlog, "_sending", {})
+
+
 class HeldFirstSend:
     """The provider call, its first send held until ``release`` (a send in flight)."""
 
@@ -72,6 +78,7 @@ def test_a_message_whose_row_a_claim_took_helps_with_the_backlog_then_waits_for_
     published_ms = time.time() * 1000 - 5000  # its message waited in the queue while the backlog grew
     monkeypatch.setattr(delivery, "_send_seconds", {"email": 0.001})
     monkeypatch.setattr(delivery, "CHUNK_SECONDS", 30.0)  # the helper's wait: bounded, never reached here
+    monkeypatch.setattr(delivery, "DRAIN_SECONDS", 60.0)  # its drain: never cut short by a slow machine
     held = HeldFirstSend(monkeypatch)
     results: dict[str, Any] = {}
     with override_notifications(DELIVERY_BATCH_SIZE=10, RATE_LIMITS=UNLIMITED):
@@ -110,7 +117,7 @@ def test_a_covered_message_with_no_backlog_being_sent_in_its_process_returns_at_
     client, _ = make_api_client()
     ids = accept_singles(client, 3, prefix="r")
     waited(ids)
-    assert backlog.backlog_sending_channel() is None
+    assert backlog.backlog_sending_channel("high") is None
     published_ms = time.time() * 1000 - 5000
     with override_notifications(RATE_LIMITS=UNLIMITED):
         services.notifications_deliver(notification_ids=[ids[0]], backlog_priority="high")  # claims all three
@@ -119,3 +126,26 @@ def test_a_covered_message_with_no_backlog_being_sent_in_its_process_returns_at_
     assert outcomes[ids[1]].outcome == "skipped"
     assert time.monotonic() - started < 1.0  # no wait: nothing of this process's is in flight
     assert len(smtp_server.received) == 3
+
+
+def test_a_wait_ends_with_the_chunks_in_flight_when_it_began_not_with_those_begun_since() -> None:
+    finished: list[float] = []
+    first = backlog.backlog_sending("email", "high")
+    first.__enter__()
+
+    def wait() -> None:
+        backlog.backlog_sent_wait("email", "high", timeout=10)
+        finished.append(time.monotonic())
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    started = time.monotonic()
+    waiter.start()
+    wait_until(lambda: len(backlog._sending_changed._waiters) == 1, timeout=10, message="the wait begun")  # type: ignore[attr-defined]
+    # Under a steady backlog a chunk begins as another ends: a wait for "none in flight" would last
+    # its whole bound at every message; this one ends with the chunk it found.
+    with backlog.backlog_sending("email", "high"):
+        first.__exit__(None, None, None)
+        waiter.join(timeout=10)
+        assert finished and finished[0] - started < 5
+        assert backlog.backlog_sending_channel("high") == "email"
+    assert backlog.backlog_sending_channel("high") is None

@@ -1,7 +1,9 @@
 """Workers batch whatever backlog they find: the claim of a message's ids also takes other due
 notifications of its queue (models/backlog.py), so single accepts waiting in a queue are sent and
-recorded fifty at a time, and the messages that named them then find nothing: no statement at all
-when the claim noted its rows in Redis before the message came (backlog_claims_note), one read else.
+recorded fifty at a time, and the messages that named them then find nothing of their own: no
+statement when the claim noted its rows in Redis before the message came (backlog_claims_note), one
+read else. While its process is sending backlog rows such a message's thread helps with the backlog
+and waits for its last chunks (backlog_sending, services/delivery/send.py) rather than take the next.
 
 The claim comes before these rows' consent check and rate-limit slots (it is what picks them), so
 both follow it: a row that may not go now is given back and then held or suppressed as usual, and
@@ -66,37 +68,41 @@ _local_claims: OrderedDict[str, float] = OrderedDict()
 _local_claims_lock = threading.Lock()
 
 
-# channel -> backlog chunks this process is sending now (backlog_sending), and a condition its
-# threads wait on for them to end (backlog_sent_wait).
-_sending: Counter[str] = Counter()
+# (channel, queue) -> the backlog chunks this process is sending now, each a token (backlog_sending),
+# and a condition its threads wait on for them to end (backlog_sent_wait).
+_sending: dict[tuple[str, str], set[object]] = {}
 _sending_changed = threading.Condition()
 
 
 @contextlib.contextmanager
-def backlog_sending(channel: str) -> Iterator[None]:
-    """While a thread sends and records backlog rows of ``channel`` it claimed."""
+def backlog_sending(channel: str, queue: str) -> Iterator[None]:
+    """While a thread sends and records backlog rows of ``channel`` it claimed for a message of ``queue``."""
+    token = object()
     with _sending_changed:
-        _sending[channel] += 1
+        _sending.setdefault((channel, queue), set()).add(token)
     try:
         yield
     finally:
         with _sending_changed:
-            _sending[channel] -= 1
-            if not _sending[channel]:
-                del _sending[channel]
-                _sending_changed.notify_all()
+            chunks = _sending[(channel, queue)]
+            chunks.discard(token)
+            if not chunks:
+                del _sending[(channel, queue)]
+            _sending_changed.notify_all()
 
 
-def backlog_sending_channel() -> str | None:
-    """A channel whose backlog this process is sending now, or None."""
+def backlog_sending_channel(queue: str) -> str | None:
+    """A channel whose backlog this process is sending now for messages of ``queue``, or None."""
     with _sending_changed:
-        return next(iter(_sending), None)
+        return next((channel for channel, of_queue in _sending if of_queue == queue), None)
 
 
-def backlog_sent_wait(channel: str, *, timeout: float) -> None:
-    """Wait, at most ``timeout`` seconds, until this process sends no backlog chunk of ``channel``."""
+def backlog_sent_wait(channel: str, queue: str, *, timeout: float) -> None:
+    """Wait until the backlog chunks of ``channel`` this process is sending now (for ``queue``) are
+    sent and recorded; not for those begun meanwhile, and at most ``timeout`` seconds."""
     with _sending_changed:
-        _sending_changed.wait_for(lambda: not _sending.get(channel), timeout=timeout)
+        waited_for = set(_sending.get((channel, queue), ()))
+        _sending_changed.wait_for(lambda: not waited_for & _sending.get((channel, queue), set()), timeout=timeout)
 
 
 def _claims_key() -> str:

@@ -105,7 +105,7 @@ def notifications_deliver(
             # sending, then waits for their last chunks rather than take the next message. Each
             # message of a drained backlog is one such, and sixteen threads taking them one after
             # another while three sent the last rows slowed those sends by a fifth (bench/email_singles.py).
-            helping = backlog_sending_channel()
+            helping = backlog_sending_channel(backlog_priority)
             if helping is None:
                 return outcomes
     # The pending check also reads what consent depends on now, in the same one query.
@@ -155,6 +155,7 @@ def notifications_deliver(
     # A backlog bigger than a claim: this thread goes on taking it, a chunk at a time, while its
     # claims come back full. Otherwise only a message whose own row is still unclaimed takes more,
     # and the threads whose messages found their rows taken sit idle while a few send it all.
+    drained = False  # a claim came back short: no backlog left to take, only chunks in flight
     while drain is not None and not come_back and time.monotonic() - started < DRAIN_SECONDS:
         backlog = backlog_claim_for(channel=drain, priority=queue_priority, own=0, size=_paced_chunk(drain))
         if backlog is None:
@@ -164,9 +165,11 @@ def notifications_deliver(
         back, wait = done.coming_back()
         come_back, retry_after = come_back + back, max(retry_after, wait)
         if not done.backlog_full:
+            drained = True
             break
-    if helping is not None and not come_back:
-        backlog_sent_wait(helping, timeout=CHUNK_SECONDS)
+    if helping is not None and queue_priority is not None and drained and not come_back:
+        # Only at a drain's end: while there is backlog to claim, a thread is better sending it.
+        backlog_sent_wait(helping, queue_priority, timeout=CHUNK_SECONDS)
     if come_back and retry_after > get_config().broker_delay_max_seconds:
         # The next free slot is further away than a delayed message may wait (see _chunk_deliver).
         _hold(come_back, seconds=retry_after, outcomes=outcomes)
@@ -250,8 +253,10 @@ def _chunk_deliver(
     sent: list[Sent] = []
     turn_waiting: list[Notification] = []
     tried, sends, send_seconds = 0, 0, 0.0
-    # Backlog rows in hand: this process's threads whose messages find nothing wait for them (above).
-    with backlog_sending(channel) if extras else contextlib.nullcontext():
+    # Backlog rows in hand: this process's threads whose messages find nothing help, then wait for
+    # them (above); not for a webhook's, whose sends wait on one client's endpoint and turns.
+    queue = backlog.priorities[-1] if backlog is not None and extras and channel != "webhook" else None
+    with backlog_sending(channel, queue) if queue else contextlib.nullcontext():
         try:
             for notification, attempt in claimed:
                 if time.monotonic() > last_start:
