@@ -5,22 +5,20 @@ already leads with. Real PostgreSQL."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from notifications import services
 from notifications.models import DeliveryAttempt, Notification
 from notifications.models import notifications as notification_model
 from notifications.models.backlog import BacklogClaim
 from notifications.services.records import outbox
 
 from .factories import make_api_client
+from .test_backlog_delivery import accept_singles, waited
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,18 +31,8 @@ def no_publish(monkeypatch: pytest.MonkeyPatch) -> None:
 def backlog_of(count: int) -> list[str]:
     """``count`` single accepts of one client, due five seconds ago: a backlog."""
     client, _ = make_api_client()
-    ids = []
-    for index in range(count):
-        payload = {"user_id": f"b{index}", "message": "hi", "to": f"b{index}@example.com"}
-        ids.append(
-            services.notification_accept(
-                client=client,
-                request=services.NotificationRequest(**payload),
-                idempotency_key=f"b-{index}",
-                fingerprint=services.request_fingerprint(payload),
-            ).notification_id
-        )
-    Notification.objects.filter(pk__in=ids).update(next_attempt_at=F("next_attempt_at") - timedelta(seconds=5))
+    ids = accept_singles(client, count, prefix="b")
+    waited(ids)
     return ids
 
 
