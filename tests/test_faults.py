@@ -85,6 +85,17 @@ def outcomes(notification_id: str) -> list[str]:
 # --- A worker process killed -------------------------------------------------------------------
 
 
+def statements_running() -> int:
+    """Statements running now in this test's database, other than this connection's (the sweeper's
+    are short)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
 def test_a_worker_killed_with_sigkill_mid_backlog_loses_nothing_and_sends_again_only_what_was_in_flight(
     platform: FaultPlatform, receiver: WebhookReceiver
 ) -> None:
@@ -101,6 +112,9 @@ def test_a_worker_killed_with_sigkill_mid_backlog_loses_nothing_and_sends_again_
 
     platform.kill(doomed)
     killed_at = time.monotonic()
+    # A statement the worker had sent still runs, and commits, in its backend after the kill (a
+    # claim, a record): what was in flight is known once none is running.
+    platform.wait(lambda: not statements_running(), timeout=30, message="the killed worker's last statements ended")
     in_flight = ids_in(ids, Status.SENDING)  # claimed by the killed worker, their outcome unknown
     platform.worker(threads=8)  # its replacement, as a supervisor would start it
 
