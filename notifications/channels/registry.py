@@ -36,6 +36,10 @@ class ChannelSpec:
     callbacks: str = ""
     addressed_by_user_id: bool = False
     silent: bool = False
+    # Sent to each client's own endpoint, not a provider every client shares: taken in per-client
+    # turns (WEBHOOK_CONCURRENCY_PER_CLIENT, concurrency.py) rather than rate limited, and no other
+    # message's thread waits on its sends (services/delivery/send.py).
+    client_endpoint: bool = False
 
     @property
     def rate_limit_bucket(self) -> str:
@@ -60,7 +64,9 @@ CHANNELS: dict[str, ChannelSpec] = {
             callbacks="notifications.channels.sms.callbacks",
         ),
         ChannelSpec("push", addresses.push_token, "push_tokens", "notifications.channels.push.FcmPushProvider", many=True),
-        ChannelSpec("webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.WebhookProvider"),
+        ChannelSpec(
+            "webhook", addresses.http_url, "webhook_url", "notifications.channels.webhook.WebhookProvider", client_endpoint=True
+        ),
         ChannelSpec(
             "in_app",
             addresses.user_id,

@@ -254,8 +254,9 @@ def _chunk_deliver(
     turn_waiting: list[Notification] = []
     tried, sends, send_seconds = 0, 0, 0.0
     # Backlog rows in hand: this process's threads whose messages find nothing help, then wait for
-    # them (above); not for a webhook's, whose sends wait on one client's endpoint and turns.
-    queue = backlog.priorities[-1] if backlog is not None and extras and channel != "webhook" else None
+    # them (above); not for a client endpoint's, whose sends wait on one client's endpoint and turns.
+    shared = not channel_spec(channel).client_endpoint
+    queue = backlog.priorities[-1] if backlog is not None and extras and shared else None
     with backlog_sending(channel, queue) if queue else contextlib.nullcontext():
         try:
             for notification, attempt in claimed:
@@ -314,9 +315,9 @@ def _paced_chunk(channel: str) -> int:
 
 
 def _client_turn(notification: Notification) -> WebhookTurn | bool | None:
-    """A webhook's client turn (WEBHOOK_CONCURRENCY_PER_CLIENT), None when none is free; True for
-    the other channels, whose providers are shared by every client and rate limited instead."""
-    if notification.channel != "webhook":
+    """A client endpoint's turn (a webhook's, WEBHOOK_CONCURRENCY_PER_CLIENT), None when none is
+    free; True for the other channels, whose providers are shared by every client and rate limited instead."""
+    if not channel_spec(notification.channel).client_endpoint:
         return True
     return webhook_turn_take(client_id=notification.client_id)
 
