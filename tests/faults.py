@@ -327,8 +327,22 @@ class RabbitmqNode:
     consumer timeout: the shared node is never reconfigured. ``stop()`` removes it all."""
 
     def __init__(self, *, config: str, advanced_config: str = "[].") -> None:
+        # A free port may be taken again before the node binds it (another process's outgoing
+        # connection draws from the same ephemeral range): then the node is started again on others.
+        for attempt in range(3):
+            try:
+                self._start(config=config, advanced_config=advanced_config)
+                return
+            except AssertionError:
+                if attempt == 2:
+                    raise
+
+    def _start(self, *, config: str, advanced_config: str) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="fault-rabbitmq-"))
         self.port = free_port()
+        dist_port = free_port()
+        while dist_port == self.port:
+            dist_port = free_port()
         files = {
             "rabbitmq.conf": f"listeners.tcp.default = 127.0.0.1:{self.port}\n{config}\n",
             "advanced.config": f"{advanced_config}\n",
@@ -344,7 +358,7 @@ class RabbitmqNode:
             "HOME": str(self.directory),  # its Erlang cookie
             "RABBITMQ_NODENAME": f"fault-{self.port}@localhost",
             "RABBITMQ_NODE_PORT": str(self.port),
-            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_DIST_PORT": str(dist_port),
             "RABBITMQ_CONF_ENV_FILE": str(self.directory / "rabbitmq-env.conf"),
             "RABBITMQ_CONFIG_FILE": str(self.directory / "rabbitmq.conf"),
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.directory / "advanced.config"),
@@ -356,7 +370,12 @@ class RabbitmqNode:
         }
         self.process = PlatformProcess(env=env, program=(RABBITMQ_SERVER,))
         try:
-            wait_until(self._answers, timeout=60, interval=0.25, message=f"RabbitMQ node on port {self.port}")
+            exited = lambda: self.process.process.poll() is not None  # noqa: E731  (its boot failed: a port taken)
+            wait_until(
+                lambda: exited() or self._answers(), timeout=60, interval=0.25, message=f"RabbitMQ node on port {self.port}"
+            )
+            if exited():
+                raise AssertionError(f"RabbitMQ node on port {self.port} exited at boot: {self.process.output()[-500:]}")
         except AssertionError:
             self.stop()
             raise

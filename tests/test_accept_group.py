@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -386,11 +387,13 @@ def test_a_clients_stalled_group_does_not_hold_another_clients_request(monkeypat
     try:
         assert stalled.wait(timeout=10)
         other_answer: list[int] = []
+        asked = time.monotonic()
         second = post_in_thread(other_token, body(1), other_answer)
         # Answered while the slow client's group is still held: not behind it, and well before
         # GROUP_WAIT_SECONDS (10 s), after which a request behind a stuck leader goes alone.
         second.join(timeout=5)
         assert not second.is_alive() and other_answer == [202]
+        assert time.monotonic() - asked < 1.0  # delayed by the other client's render by no more than 1 s
         assert slow_answer == []
     finally:
         released.set()
