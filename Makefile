@@ -30,8 +30,10 @@ run: demo
 
 ## Lint, type-check, the fast tier, then the whole suite against the real PostgreSQL, RabbitMQ and Redis
 ## (on two pytest-xdist workers, then the tests that stop a shared service alone: scripts/test.sh).
+## The fast tier runs with only the venv and the base system on PATH: it must need no tool that a
+## session installed by hand (tests/external_tools.py guards the rest).
 test: install lint
-	scripts/test-fast.sh -q
+	PATH="$(CURDIR)/$(VENV)/bin:/usr/bin:/bin" scripts/test-fast.sh -q
 	scripts/test.sh
 
 ## The domain's rules on the embedded default (SQLite, StubBroker, local-memory cache): no service needed.

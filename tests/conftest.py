@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 from notifications.models import ApiClient
 from notifications.token_cache import client_changes
 
+from .external_tools import refused, started_commands
 from .factories import make_api_client
 from .helpers import wait_until
 
@@ -77,6 +78,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _transactional(item):
             item.add_marker(pytest.mark.services)
+        # A test that runs a command `make install` does not bring runs where scripts/test.sh has
+        # installed it (tests/external_tools.py): the fast tier needs nothing but Python.
+        if _declared_tools(item):
+            item.add_marker(pytest.mark.services)
     if FAST_TIER:
         fast = [item for item in items if item.get_closest_marker("services") is None]
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("services") is not None])
@@ -100,6 +105,25 @@ def _select_exclusive(config: pytest.Config, items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             "tests marked `exclusive` cannot run beside other xdist workers: run them with --exclusive=only, without -n"
         )
+
+
+def _declared_tools(item: pytest.Item) -> set[str]:
+    names = {name for marker in item.iter_markers("tool") for name in marker.args}
+    if item.get_closest_marker("browser") is not None:
+        names.add("chromium")
+    return names
+
+
+@pytest.fixture(autouse=True)
+def _only_installed_commands(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The test started no program that the tier it runs in does not install first."""
+    declared = _declared_tools(request.node)
+    # What started since the last test ended: this test's broader fixtures (or a thread left behind).
+    problems = refused(started_commands.take(), fast_tier=FAST_TIER, declared=declared)
+    yield
+    problems += refused(started_commands.take(), fast_tier=FAST_TIER, declared=declared)
+    if problems:
+        pytest.fail("started a command the suite does not install first:\n" + "\n".join(problems), pytrace=False)
 
 
 def _exclusive(item: pytest.Item) -> bool:

@@ -12,6 +12,9 @@ import pytest
 
 from .helpers import ROOT
 
+# Debian's promtool, which scripts/test.sh installs (scripts/promtool.sh): not in the fast tier.
+pytestmark = pytest.mark.tool("promtool")
+
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 ALERTS = {
     "NotificationFailureRatioHigh",
