@@ -27,6 +27,8 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.middleware.security import SecurityMiddleware  # noqa: E402
 
+from notifications.tracing.request_targets import asgi_request_span  # noqa: E402
+
 STREAM_PATH = "/api/v1/inbox/stream"
 
 
@@ -57,12 +59,21 @@ def _wsgi_application() -> Any:
 
 
 stream = StreamHandler()
-# The threads gunicorn.conf.py gives a process (WEB_THREADS, 16), read as it reads them.
-site = ThreadedWSGI(_wsgi_application(), threads=int(os.environ.get("WEB_THREADS") or 0) or 16)
+# The threads gunicorn.conf.py gives a process (WEB_THREADS, 16) and the requests it may hold
+# waiting for one (WEB_QUEUE_LIMIT, 64), read as gunicorn.conf.py reads its options.
+site = ThreadedWSGI(
+    _wsgi_application(),
+    threads=int(os.environ.get("WEB_THREADS") or 0) or 16,
+    queue_limit=int(os.environ.get("WEB_QUEUE_LIMIT") or 64),
+    # The API's own limit (Django refuses a larger body with 413 too), not more held before it.
+    max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 32 * 1024 * 1024,
+)
 
 
 async def application(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "http" and scope["path"] == STREAM_PATH:
-        await stream(scope, receive, send)
+        # No Django middleware traces the stream: its span is made here, its token redacted.
+        with asgi_request_span(scope) as recording:
+            await stream(scope, receive, recording(send))
     else:
         await site(scope, receive, send)

@@ -71,7 +71,7 @@ MIDDLEWARE = [
     # Preflights and CORS headers of the inbox API, for each client's inbox_allowed_origins.
     "notifications.api.inbox.auth.InboxCorsMiddleware",
     # OpenTelemetry's middleware is inserted right after this one (notifications/tracing.py).
-    "notifications.tracing.RequestTargetMiddleware",
+    "notifications.tracing.request_targets.RequestTargetMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",

@@ -1,11 +1,17 @@
 """The WSGI site on the ASGI server: each request runs whole in one thread of a pool.
 
-The request body is read on the event loop first (bounded: past MAX_BODY_BYTES the answer is 413
-without the application), then one hop to a thread runs the application and reads its answer,
+The request body is read on the event loop first (bounded by the API's own upload limit: a body
+that declares more is answered 413 before a byte of it is read, one that sends more is cut off
+there), then one hop to a thread runs the application and reads its answer,
 and the loop writes it: one thread hop a request. a2wsgi's general adapter (whose environ builder
 this uses) makes a hop for the body, for the answer's start, for each chunk and for its end,
 blocking the thread on the loop each time (bench/inbox.py measures the fronts). An answer larger
 than INLINE_BYTES (a static file) is sent a chunk at a time.
+
+The pool's queue is bounded too: past ``threads + queue_limit`` requests admitted to the pool and
+not yet answered, a new one is answered 503 with Retry-After at once, so a burst (or one client's
+flood) cannot pile up requests that would be answered after their callers gave up, each holding
+its body in memory meanwhile.
 """
 
 from __future__ import annotations
@@ -21,27 +27,40 @@ from a2wsgi.wsgi import build_environ
 
 # Bodies above this are spooled to a temporary file, as Django does with uploads.
 SPOOL_BYTES = 1024 * 1024
-# Larger than anything the API or the admin takes (Django refuses more at DATA_UPLOAD_MAX_MEMORY_SIZE).
-MAX_BODY_BYTES = 32 * 1024 * 1024
 # An answer up to this size is read whole in its thread and sent in one write.
 INLINE_BYTES = 256 * 1024
 
-_TOO_LARGE = b'{"error":{"code":"request_too_large","message":"the request body is too large"}}'
+_JSON = [(b"content-type", b"application/json")]
+_TOO_LARGE = b'{"error":{"code":"request_too_large","message":"the request body is over the upload limit"}}'
+_BUSY = b'{"error":{"code":"unavailable","message":"the server is busy; try again shortly"}}'
 
 
 class ThreadedWSGI:
-    def __init__(self, application: Any, *, threads: int) -> None:
+    def __init__(self, application: Any, *, threads: int, queue_limit: int, max_body_bytes: int) -> None:
         self.application = application
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="web")
+        self.capacity = threads + queue_limit
+        self.max_body_bytes = max_body_bytes
+        # Requests handed to the pool and not yet answered; only the event loop's thread touches it.
+        self.admitted = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        body = await _body(receive)
-        if body is None:
-            await _answer(send, 413, [(b"content-type", b"application/json")], _TOO_LARGE)
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_body_bytes:
+            await _answer(send, 413, [*_JSON, (b"connection", b"close")], _TOO_LARGE)
             return
+        body = await _body(receive, self.max_body_bytes)
+        if body is None:
+            await _answer(send, 413, [*_JSON, (b"connection", b"close")], _TOO_LARGE)
+            return
+        if self.admitted >= self.capacity:
+            body.close()
+            await _answer(send, 503, [*_JSON, (b"retry-after", b"1")], _BUSY)
+            return
+        self.admitted += 1
         loop = asyncio.get_running_loop()
         run = contextvars.copy_context().run
         try:
@@ -54,6 +73,7 @@ class ThreadedWSGI:
                 await send({"type": "http.response.body", "body": chunk or b"", "more_body": chunk is not None})
                 rest = None if chunk is None else rest
         finally:
+            self.admitted -= 1
             body.close()
 
     def _call(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], list[bytes], Iterator[bytes] | None]:
@@ -91,8 +111,15 @@ def _closing(iterator: Iterator[bytes], iterable: Any) -> Iterator[bytes]:
         getattr(iterable, "close", lambda: None)()
 
 
-async def _body(receive: Any) -> Any:
-    """The request body in a spooled file, or None when it is over MAX_BODY_BYTES."""
+def _content_length(scope: Any) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def _body(receive: Any, max_bytes: int) -> Any:
+    """The request body in a spooled file, or None when it is over ``max_bytes``."""
     body = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed by the caller
     size = 0
     while True:
@@ -101,7 +128,7 @@ async def _body(receive: Any) -> Any:
             break
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > max_bytes:
             body.close()
             return None
         body.write(chunk)

@@ -188,6 +188,13 @@ GUNICORN_OPTIONS: tuple[Option, ...] = group(
     ),
     Option("WEB_THREADS", int, 16, "threads per process, each holding one PostgreSQL connection", minimum=1),
     Option(
+        "WEB_QUEUE_LIMIT",
+        int,
+        64,
+        "requests a process holds waiting for a thread; past them a request is answered 503 with Retry-After",
+        minimum=0,
+    ),
+    Option(
         "WEB_METRICS_DIR",
         str,
         "",

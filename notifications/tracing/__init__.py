@@ -1,4 +1,4 @@
-"""OpenTelemetry: trace context carried through Dramatiq messages, and the delivery spans."""
+"""OpenTelemetry: trace context carried through Dramatiq messages, the delivery spans and the request spans."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, Span, SpanKind, TraceState
 from opentelemetry.util.types import Attributes
 
+from . import request_targets
+
 if TYPE_CHECKING:
-    from .models import Notification
+    from ..models import Notification
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer("notifications")
@@ -142,7 +144,11 @@ def _instrument_libraries(*, client_calls: bool) -> None:
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
     instrumentor = DjangoInstrumentor()
-    instrumentor.instrument(excluded_urls=EXCLUDED_URLS, middleware_position=_django_middleware_position())
+    instrumentor.instrument(
+        excluded_urls=EXCLUDED_URLS,
+        middleware_position=_django_middleware_position(),
+        request_hook=request_targets.span_request_hook,
+    )
     # Its middleware, behind ours: called only while spans are recorded (RequestSpanMiddleware).
     settings.MIDDLEWARE = [
         REQUEST_SPAN_MIDDLEWARE if path == instrumentor._opentelemetry_middleware else path for path in settings.MIDDLEWARE
@@ -162,7 +168,7 @@ def _instrument_libraries(*, client_calls: bool) -> None:
             instrumentor.instrument()
 
 
-REQUEST_TARGET_MIDDLEWARE = "notifications.tracing.RequestTargetMiddleware"
+REQUEST_TARGET_MIDDLEWARE = "notifications.tracing.request_targets.RequestTargetMiddleware"
 REQUEST_SPAN_MIDDLEWARE = "notifications.tracing.RequestSpanMiddleware"
 
 
@@ -170,26 +176,6 @@ def _django_middleware_position() -> int:
     """Right after RequestTargetMiddleware, which must run before OpenTelemetry's middleware."""
     middleware = list(settings.MIDDLEWARE)
     return middleware.index(REQUEST_TARGET_MIDDLEWARE) + 1 if REQUEST_TARGET_MIDDLEWARE in middleware else 0
-
-
-class RequestTargetMiddleware:
-    """Gives OpenTelemetry's Django middleware the request target as sent, when the server did not.
-
-    Without RAW_URI (gunicorn sets it) or REQUEST_URI in the environ, OpenTelemetry rebuilds the URL
-    with ``wsgiref.util.request_uri``, which encodes PATH_INFO as Latin-1; Django has by then
-    replaced PATH_INFO with the decoded UTF-8 path, so any path with a character above U+00FF
-    (``/api/v1/notifications/%E2%9C%93`` on Django's own server, or the test client) raised
-    UnicodeEncodeError and became a 500 (open-telemetry/opentelemetry-python-contrib#3237, open
-    in 0.66b1). The percent-encoded path Django gives back is what the client sent.
-    """
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        if "RAW_URI" not in request.META and "REQUEST_URI" not in request.META:
-            request.META["REQUEST_URI"] = request.get_full_path()
-        return self.get_response(request)
 
 
 def spans_recorded() -> bool:
