@@ -143,16 +143,17 @@ def _instrument_libraries(*, client_calls: bool) -> None:
     see costs about a tenth of a delivery's CPU."""
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-    instrumentor = DjangoInstrumentor()
-    instrumentor.instrument(
+    before = list(settings.MIDDLEWARE)
+    DjangoInstrumentor().instrument(
         excluded_urls=EXCLUDED_URLS,
         middleware_position=_django_middleware_position(),
         request_hook=request_targets.span_request_hook,
     )
-    # Its middleware, behind ours: called only while spans are recorded (RequestSpanMiddleware).
-    settings.MIDDLEWARE = [
-        REQUEST_SPAN_MIDDLEWARE if path == instrumentor._opentelemetry_middleware else path for path in settings.MIDDLEWARE
-    ]
+    # The middleware it inserted (its documented way of working), put behind ours: called only
+    # while spans are recorded (RequestSpanMiddleware). Found as the entry it added, not by name.
+    added = [path for path in settings.MIDDLEWARE if path not in before]
+    _otel_middleware[:] = added
+    settings.MIDDLEWARE = [REQUEST_SPAN_MIDDLEWARE if path in added else path for path in settings.MIDDLEWARE]
     if not client_calls:
         return
     for module, name in (
@@ -170,6 +171,8 @@ def _instrument_libraries(*, client_calls: bool) -> None:
 
 REQUEST_TARGET_MIDDLEWARE = "notifications.tracing.request_targets.RequestTargetMiddleware"
 REQUEST_SPAN_MIDDLEWARE = "notifications.tracing.RequestSpanMiddleware"
+# The dotted path of the middleware DjangoInstrumentor inserted into MIDDLEWARE.
+_otel_middleware: list[str] = []
 
 
 def _django_middleware_position() -> int:
@@ -199,12 +202,12 @@ class RequestSpanMiddleware:
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
-        from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
+        from django.utils.module_loading import import_string
         from opentelemetry.instrumentation.wsgi import wsgi_getter
         from opentelemetry.util.http import parse_excluded_urls
 
         self.get_response = get_response
-        self._instrumented = _DjangoMiddleware(get_response)
+        self._instrumented = import_string(_otel_middleware[0])(get_response)
         self._headers = wsgi_getter  # reads a traceparent header from the WSGI environ (request.META)
         self._excluded = parse_excluded_urls(EXCLUDED_URLS)  # what the instrumentor was given
 
