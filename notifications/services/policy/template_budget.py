@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -14,11 +15,18 @@ from django.template.base import FilterExpression
 
 from ...errors import RenderLimitExceeded
 
+# What a render's filters may make, in all, per byte of output a part may have: a filter's result
+# that never reaches the output (a {% with %} value, a {% regroup %} grouper, a step of a chain) is
+# still memory held or work done, and 32 times what a message may say leaves any real template
+# (a digest's conditions and truncations) far inside it while a process stays megabytes from harm.
+MADE_PER_OUTPUT_BYTE = 32
+
 
 class RenderBudget:
     """The work one message's render may do: until ``deadline`` (time.monotonic), and at most
     ``max_bytes`` of output per part (counted in characters while rendering, never more than the
-    bytes; the finished part is measured in bytes)."""
+    bytes; the finished part is measured in bytes), and its filters' results at most
+    MADE_PER_OUTPUT_BYTE times that in all (``made``, measured in memory by sys.getsizeof)."""
 
     def __init__(self, *, seconds: float, max_bytes: int, what: str = "the template's render"):
         self.seconds = seconds
@@ -26,6 +34,8 @@ class RenderBudget:
         self.deadline = time.monotonic() + seconds
         self.max_bytes = max_bytes
         self.written = 0
+        self.made = 0
+        self.max_made = max_bytes * MADE_PER_OUTPUT_BYTE
         # Per node being rendered, the output its children returned (counted already).
         self.children: list[int] = [0]
 
@@ -41,6 +51,22 @@ class RenderBudget:
         self.written += size
         if self.written > self.max_bytes:
             self.exceeded()
+
+    def made_by_filter(self, result: Any, value: Any) -> None:
+        """Count what a filter call returned: nothing when it is its input (``default``, ``safe``
+        of a safe string), else its size in memory, a list's text items by their length (CPython
+        shares one-character strings, so ``make_list`` makes a slot, not a string, per character)."""
+        if result is value:
+            return
+        size = sys.getsizeof(result)
+        if isinstance(result, (list, tuple)):
+            size += sum(len(item) for item in result if isinstance(item, (str, bytes)))
+        self.made += size
+        if self.made > self.max_made:
+            raise RenderLimitExceeded(
+                f"the template's filters made more than {self.max_made} bytes ({MADE_PER_OUTPUT_BYTE} times MAX_MESSAGE_BYTES)",
+                extra={"field": "template"},
+            )
 
     def exceeded(self) -> NoReturn:
         raise RenderLimitExceeded(
