@@ -31,9 +31,10 @@ def doubled(levels: int) -> tuple[str, str]:
     return opens, "{% endwith %}" * (levels + 1)
 
 
-OPEN, CLOSE = doubled(14)  # b14: 32 KB from a seed of 2 characters
-BIG = "b14"
-HEAVY_PAIRS = '|make_list|join:""' * 1500  # each pair takes apart and rebuilds 32 KB
+OPEN, CLOSE = doubled(12)  # b12: 32 KB of HTML from a seed of 8 characters
+BIG = "b12"
+# Each step adds 32 KB of HTML and strips its tags (about 15 ms), then keeps one character.
+HEAVY_STEPS = ("|add:" + BIG + '|striptags|slice:":1"') * 400
 ATTACKS = {
     # The memory bomb: one grouper of 32 KB kept per item, 8,000 items, in one node.
     "regroup-memory": "{% regroup s|make_list by upper|add:" + BIG + " as G %}{{ G|length }}",
@@ -52,10 +53,10 @@ ATTACKS = {
     )
     + "x"
     + "{% endwith %}" * 15,
-    "cycle": "{% cycle " + BIG + HEAVY_PAIRS + ' "b" as c silent %}{{ c|length }}',
-    "widthratio": "{% widthratio " + BIG + HEAVY_PAIRS + " 1 1 %}",
+    "cycle": "{% cycle " + BIG + HEAVY_STEPS + ' "b" as c silent %}{{ c|length }}',
+    "widthratio": "{% widthratio " + BIG + HEAVY_STEPS + " 1 1 %}",
 }
-DATA = {"seed": "xx", "s": "ab" * 4000}  # 8 KB: data is at most 16 KB as JSON
+DATA = {"seed": "<i>x</i>", "s": "ab" * 4000}  # 8 KB: data is at most 16 KB as JSON
 
 
 def _memory_kb(field: str) -> int:

@@ -4,7 +4,6 @@ saved, rendered at accept from the request's ``data``, previewed, and sent as a 
 from __future__ import annotations
 
 import copy
-import functools
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from ...selectors import template_variants_for
 from .preferences import key_check
 from .template_bounds import TemplateRefused, template_compile, template_engine
 from .template_budget import RenderBudget, render_budget
+from .template_cache import compiled_templates
 
 MAX_VARIANTS = 100
 VARIANT_FIELDS = ("channel", "locale", "subject", "body", "html_body")
@@ -48,9 +48,13 @@ class _RaiseOnMissing(str):
 ENGINE = template_engine(string_if_invalid=_RaiseOnMissing("%s"))
 
 
-@functools.lru_cache(maxsize=1024)
-def _compiled(source: str) -> Template:
+def _compile(source: str) -> Template:
     return template_compile(ENGINE, source)
+
+
+def _compiled(source: str) -> Template:
+    """``source`` compiled, from this process's cache (at most TEMPLATE_CACHE_BYTES of them)."""
+    return compiled_templates().get(source, _compile)
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,9 @@ def template_source_check(source: str, *, field: str) -> None:
     if len(source.encode()) > MAX_SOURCE_BYTES:
         raise ValidationFailed(f"{field} is over {MAX_SOURCE_BYTES} bytes", extra={"field": field})
     try:
-        _compiled(source)
+        # Compiled and thrown away: a template stored is cached when it renders, and one refused
+        # (or a PUT's 100 parts of 64 KB) never takes a process's cache.
+        _compile(source)
     except TemplateRefused as exc:
         raise ValidationFailed(f"{field} is refused: {exc}", extra={"field": field}) from None
     except TemplateSyntaxError as exc:
