@@ -1,5 +1,7 @@
 """Compiled templates are kept per process by their measured size, not their number (issue #36):
-at most TEMPLATE_CACHE_BYTES of them, and a template checked when stored is not kept at all."""
+at most TEMPLATE_CACHE_BYTES of them, and a template checked when stored is not kept at all.
+These tests render in the test's own process (TEMPLATE_SANDBOX_PROCESSES=0), whose cache they
+read; a sandbox process keeps its own the same way."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import tracemalloc
 from rest_framework.test import APIClient
 
 from notifications.services.policy.template_cache import compiled_size, compiled_templates
-from notifications.services.policy.templates import _compile
+from notifications.services.policy.template_render import template_source_compile
 
 from .fakes import override_notifications
 from .test_template_bounds import preview, put_body
@@ -24,6 +26,7 @@ def variables(n: int, size: int = 64 * 1024) -> str:
     return marker + "{{a}}" * ((size - len(marker)) // 5)
 
 
+@override_notifications(TEMPLATE_SANDBOX_PROCESSES=0)
 def test_a_hundred_puts_of_distinct_64_kb_templates_leave_rss_under_100_mb_and_the_cache_as_it_was(api: APIClient) -> None:
     cache = compiled_templates()
     kept = (cache.size, len(cache))
@@ -35,7 +38,7 @@ def test_a_hundred_puts_of_distinct_64_kb_templates_leave_rss_under_100_mb_and_t
     assert (cache.size, len(cache)) == kept
 
 
-@override_notifications(TEMPLATE_CACHE_BYTES=5 * MB)
+@override_notifications(TEMPLATE_CACHE_BYTES=5 * MB, TEMPLATE_SANDBOX_PROCESSES=0)
 def test_renders_of_many_large_templates_keep_the_cache_under_its_bound_in_measured_bytes(api: APIClient) -> None:
     for n in range(6):
         assert put_body(api, f"t{n}", variables(n, size=16 * 1024)).status_code == 201
@@ -50,7 +53,7 @@ def test_renders_of_many_large_templates_keep_the_cache_under_its_bound_in_measu
 
 
 def test_a_template_larger_than_the_whole_cache_renders_but_is_not_kept(api: APIClient) -> None:
-    with override_notifications(TEMPLATE_CACHE_BYTES=1 * MB):
+    with override_notifications(TEMPLATE_CACHE_BYTES=1 * MB, TEMPLATE_SANDBOX_PROCESSES=0):
         assert put_body(api, "large", variables(0, size=16 * 1024)).status_code == 201
 
         assert preview(api, "large", {"a": "x"}).status_code == 200
@@ -62,7 +65,7 @@ def test_the_measured_size_of_a_compiled_template_is_near_what_its_compile_alloc
     source = variables(1)
     tracemalloc.start()
     try:
-        template = _compile(source)
+        template = template_source_compile(source)
         allocated = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()

@@ -121,6 +121,16 @@ def render_budget(*, seconds: float, max_bytes: int) -> Iterator[RenderBudget]:
             pool.spent += time.monotonic() - started
 
 
+@contextlib.contextmanager
+def render_budget_applied(budget: RenderBudget) -> Iterator[RenderBudget]:
+    """The renders inside are bounded by ``budget``, made by the caller (a job of its own process)."""
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
 def counted(render_annotated: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """A node's render that checks the deadline first and counts the output it adds: its own
     output less its children's, which counted themselves (a loop adds nothing of its own, a

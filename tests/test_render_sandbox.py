@@ -1,0 +1,163 @@
+"""The backstop that does not trust the budget (issue #36): stored templates render, and are checked
+when stored, in a small pool of processes with OS limits (render_sandbox). A render that gets past
+the cooperative budget is stopped by the kernel, its process killed and replaced, the render
+failing as ``render_limit``, and the next render works.
+
+The leak used here is real, not simulated: a variable lookup that calls a method of a value
+(``{{ t.expandtabs }}``) is no filter, so the budget never counts what it makes; a {% with %} of
+3,000 of them holds 190 MB. The CPU test simulates a hole the honest way: a cooperative deadline
+of 100 s (TEMPLATE_RENDER_SECONDS) left nothing but the sandbox's CPU limit to stop the loop."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import dramatiq
+import pytest
+from rest_framework.test import APIClient
+
+from notifications import services
+from notifications.models import Digest, Notification, Status
+from notifications.services.policy.render_sandbox import RenderSandbox, current_sandbox
+
+from .factories import accept_notification, make_api_client, make_template
+from .fakes import override_notifications
+from .test_template_bounds import SQUARE, preview, put_body
+from .test_template_work_bounds import measured
+
+MB = 1024 * 1024
+# 3,000 values of 64,000 characters each, made by str.expandtabs, held at once by one node.
+LEAK = "{% with " + " ".join(f"a{n}=t.expandtabs" for n in range(3000)) + " %}{{ a0|length }}{% endwith %}"
+LEAK_DATA = {"t": "\t" * 8000}
+# One process, 64 MB past its start: a small pool for one test file, made once (the limits are its key).
+SANDBOX = {"TEMPLATE_SANDBOX_PROCESSES": 1, "TEMPLATE_SANDBOX_MEMORY_BYTES": 64 * MB, "TEMPLATE_SANDBOX_CPU_SECONDS": 1}
+
+
+def sandbox() -> RenderSandbox:
+    pool = current_sandbox()
+    assert pool is not None and pool.limits.processes == 1
+    return pool
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def good_preview_works(api: APIClient) -> bool:
+    assert put_body(api, "good", "Hello {{ name }}").status_code in (200, 201)
+    response = preview(api, "good", {"name": "Ann"})
+    return response.status_code == 200 and response.json()["body"] == "Hello Ann"
+
+
+@override_notifications(TEMPLATE_SANDBOX_PROCESSES=0)
+def test_the_leak_gets_past_the_cooperative_budget_alone_which_is_what_the_sandbox_is_for(api: APIClient) -> None:
+    assert put_body(api, "leak", LEAK).status_code == 201
+
+    response, _, peak = measured(lambda: preview(api, "leak", LEAK_DATA))
+
+    assert response.status_code == 200 and response.json()["body"] == "64000"
+    assert peak > 150 * MB, peak
+
+
+@override_notifications(**SANDBOX)
+def test_a_render_past_the_memory_limit_kills_its_process_which_is_replaced_and_fails_as_render_limit(api: APIClient) -> None:
+    assert good_preview_works(api)  # the pool's one process, started
+    [before] = sandbox().idle_pids()
+    started = sandbox().started
+    assert put_body(api, "leak", LEAK).status_code == 201
+
+    response, seconds, peak = measured(lambda: preview(api, "leak", LEAK_DATA))
+
+    assert response.status_code == 400, response.content[:300]
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("render_limit", "template")
+    assert "TEMPLATE_SANDBOX_MEMORY_BYTES" in error["message"], error
+    assert not alive(before)
+    assert seconds < 2 and peak < 64 * MB, (seconds, peak)
+    assert good_preview_works(api)
+    [after] = sandbox().idle_pids()
+    assert after != before and sandbox().started == started + 1
+
+
+@override_notifications(**SANDBOX, TEMPLATE_RENDER_SECONDS=100)
+def test_a_render_past_the_cpu_limit_is_killed_by_the_kernel_and_fails_as_render_limit(api: APIClient) -> None:
+    assert good_preview_works(api)
+    [before] = sandbox().idle_pids()
+    assert put_body(api, "square", SQUARE).status_code == 201
+
+    response, seconds, _ = measured(lambda: preview(api, "square", {"items": list(range(3000))}))
+
+    assert response.status_code == 400, response.content[:300]
+    assert response.json()["error"]["code"] == "render_limit"
+    assert "TEMPLATE_SANDBOX_CPU_SECONDS (1 s of CPU)" in response.json()["error"]["message"]
+    assert seconds < 4, seconds  # 1 to 2 s of CPU (the kernel counts whole seconds), on a shared machine
+    assert not alive(before)
+    assert good_preview_works(api)
+
+
+@override_notifications(**SANDBOX)
+def test_the_leak_is_refused_at_accept_and_fails_a_digest_at_its_close(broker: dramatiq.Broker, api: APIClient) -> None:
+    assert put_body(api, "leak", LEAK).status_code == 201
+    request = {"user_id": "u1", "to": "ann@example.com", "template": "leak", "data": LEAK_DATA}
+
+    accepted = api.post("/api/v1/notifications", request, format="json")
+
+    assert accepted.status_code == 400 and accepted.json()["error"]["code"] == "render_limit", accepted.content[:300]
+    template = make_template("activity", subject="", body="{{ count }} updates", html_body="")
+    client, _ = make_api_client()
+    accept_notification(
+        client, message="", template="activity", data=LEAK_DATA, digest=services.DigestRequest(key="activity", window_seconds=60)
+    )
+    template.variants.update(body="{% with t=items.0.t %}" + LEAK + "{% endwith %}")
+    digest = Digest.objects.get()
+
+    result = services.digest_close(digest_id=digest.pk, now=digest.closes_at)
+
+    sent = Notification.objects.get(pk=result.notification_id)
+    assert sent.status == Status.FAILED and "TEMPLATE_SANDBOX_MEMORY_BYTES" in sent.last_error
+
+
+@override_notifications(TEMPLATE_SANDBOX_PROCESSES=2)
+def test_threads_share_the_pool_and_each_gets_its_own_render(db: None) -> None:
+    from notifications.services.policy.render_sandbox import template_job_run
+    from notifications.services.policy.template_render import PartsRender
+
+    results: dict[int, Any] = {}
+
+    def render(n: int) -> None:
+        job = PartsRender(
+            sources=["", "{{ n }}:{{ n|add:1 }}", ""],
+            html=[False, False, True],
+            data={"n": n},
+            seconds=1.0,
+            remaining_seconds=1.0,
+            max_bytes=1000,
+            what="the template's render",
+        )
+        results[n] = template_job_run(job)[1]
+
+    threads = [threading.Thread(target=render, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert results == {n: f"{n}:{n + 1}" for n in range(12)}
+    pool = current_sandbox()
+    assert pool is not None and pool.started <= 2
+
+
+@pytest.mark.parametrize("source", ["{% load static %}", "{{ x|ljust:'5000' }}"])
+def test_the_store_time_check_runs_in_the_sandbox_and_refuses_with_a_400_naming_the_part(api: APIClient, source: str) -> None:
+    response = put_body(api, "refused", source)
+
+    assert response.status_code == 400
+    assert (response.json()["error"]["code"], response.json()["error"]["field"]) == ("invalid", "variants[0].body")
+    pool = current_sandbox()
+    assert pool is not None and pool.limits.processes == 2 and pool.started >= 1  # the default
