@@ -14,18 +14,19 @@ The figures are the ratios sandboxed / in-process of the p50 and p95 latencies.
 from __future__ import annotations
 
 import http.client
-import json
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from bench.accept_http import api_token, web_server
+from bench.accept_sender import accept_post
 from bench.drain import notifications_reset, queue_purge
 from bench.end_to_end import Latencies
 from bench.harness import log
 
 WARMUP = 100  # first renders and accepts compile, connect and start the sandbox's processes
 DATA = {"order_id": 1042, "project_id": "apollo", "description": "Two seats, aisle", "amount": "120.00"}
+CONTENT = {"template": "order_created", "data": DATA}
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,9 @@ def _accepts(count: int) -> tuple[Latencies, Latencies, int]:
         for number in range(-WARMUP, count):
             for name in ("off", "on") if number % 2 == 0 else ("on", "off"):
                 started = time.perf_counter()
-                connections[name], ok = _template_accept(connections[name], token=token, key=f"sandbox-{name}-{number}")
+                connections[name], ok = accept_post(
+                    connections[name], token=token, key=f"sandbox-{name}-{number}", number=number, content=CONTENT
+                )
                 if number >= 0:
                     seconds[name].append(time.perf_counter() - started)
                     errors += 0 if ok else 1
@@ -114,16 +117,3 @@ def _accepts(count: int) -> tuple[Latencies, Latencies, int]:
             connection.close()
     queue_purge()
     return Latencies.of(seconds["off"]), Latencies.of(seconds["on"]), errors
-
-
-def _template_accept(connection: http.client.HTTPConnection, *, token: str, key: str) -> tuple[http.client.HTTPConnection, bool]:
-    body = json.dumps({"user_id": f"{key}-u", "to": f"{key}@example.com", "template": "order_created", "data": DATA})
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key}
-    try:
-        connection.request("POST", "/api/v1/notifications", body=body, headers=headers)
-        response = connection.getresponse()
-        response.read()
-        return connection, response.status == 202
-    except (OSError, http.client.HTTPException):
-        connection.close()
-        return http.client.HTTPConnection(connection.host, connection.port, timeout=30), False

@@ -19,11 +19,12 @@ import pytest
 from rest_framework.test import APIClient
 
 from notifications import services
-from notifications.models import Digest, Notification, Status
+from notifications.models import Broadcast, Digest, Notification, Recipient, Status, TemplateVariant
 from notifications.services.policy.render_sandbox import RenderSandbox, current_sandbox
 
 from .factories import accept_notification, make_api_client, make_template
 from .fakes import override_notifications
+from .helpers import wait_until
 from .test_template_bounds import SQUARE, preview, put_body
 from .test_template_work_bounds import measured
 
@@ -121,6 +122,29 @@ def test_the_leak_is_refused_at_accept_and_fails_a_digest_at_its_close(broker: d
 
     sent = Notification.objects.get(pk=result.notification_id)
     assert sent.status == Status.FAILED and "TEMPLATE_SANDBOX_MEMORY_BYTES" in sent.last_error
+
+
+def test_the_leak_fails_a_broadcasts_fan_out_in_the_workers_threads_as_render_limit(worker: dramatiq.Worker) -> None:
+    client, token = make_api_client()
+    template = make_template("launch", client=client, subject="Launch", body="Hello", html_body="")
+    # Checked at accept in the default locale only: the French variant leaks for every subscriber who reads it.
+    TemplateVariant.objects.create(template=template, channel="email", locale="fr", subject="Lancement", body=LEAK)
+    services.topic_upsert(client=client, key="news", name="news")
+    Recipient.objects.bulk_create(
+        Recipient(client=client, user_id=f"u{n}", email=f"u{n}@example.com", locale="fr") for n in range(3)
+    )
+    services.topic_subscribe(client=client, key="news", user_ids=[f"u{n}" for n in range(3)])
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    with override_notifications(**SANDBOX):
+        response = api.post("/api/v1/broadcasts", {"topic": "news", "template": "launch", "data": LEAK_DATA}, format="json")
+        assert response.status_code == 202, response.content
+        broadcast_id = response.json()["id"]
+        wait_until(lambda: Broadcast.objects.get(pk=broadcast_id).status == "failed", timeout=30)
+
+    broadcast = Broadcast.objects.get(pk=broadcast_id)
+    assert broadcast.failure_reason.startswith("the template's render was stopped: it used more than TEMPLATE_SANDBOX_MEMORY_BYTES")
 
 
 @override_notifications(TEMPLATE_SANDBOX_PROCESSES=2)

@@ -80,9 +80,16 @@ class _SandboxProcess:
             stdout=subprocess.PIPE,
             cwd=settings.BASE_DIR,
         )
-        if self._receive(_START_SECONDS) is None:
+        try:
+            ready = self._receive(_START_SECONDS)
+        except EOFError:
+            ready = None
+        if ready is None:
             self.kill()
-            raise RuntimeError(f"a template sandbox process did not start within {_START_SECONDS:g} s")
+            raise RuntimeError(
+                f"a template sandbox process did not start within {_START_SECONDS:g} s (exit code {self.process.returncode}; "
+                "its error is in this process's stderr)"
+            )
 
     def run(self, job: TemplateJob, *, limits: SandboxLimits) -> dict[str, Any]:
         """The process's answer; RenderLimitExceeded (the process killed) when it died or ran past
