@@ -144,7 +144,9 @@ def test_the_leak_fails_a_broadcasts_fan_out_in_the_workers_threads_as_render_li
         wait_until(lambda: Broadcast.objects.get(pk=broadcast_id).status == "failed", timeout=30)
 
     broadcast = Broadcast.objects.get(pk=broadcast_id)
-    assert broadcast.failure_reason.startswith("the template's render was stopped: it used more than TEMPLATE_SANDBOX_MEMORY_BYTES")
+    assert broadcast.failure_reason.startswith(
+        "the template's render was stopped: it used more than TEMPLATE_SANDBOX_MEMORY_BYTES"
+    )
 
 
 @override_notifications(TEMPLATE_SANDBOX_PROCESSES=2)
