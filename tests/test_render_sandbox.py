@@ -96,7 +96,10 @@ def test_a_render_past_the_cpu_limit_is_killed_by_the_kernel_and_fails_as_render
 
     assert response.status_code == 400, response.content[:300]
     assert response.json()["error"]["code"] == "render_limit"
-    assert "TEMPLATE_SANDBOX_CPU_SECONDS (1 s of CPU)" in response.json()["error"]["message"]
+    # The kernel's SIGXCPU; or, on a machine too busy to give the process its second of CPU within
+    # the wall timeout (2 x 1 s + 1 s), the parent's kill at that timeout.
+    message = response.json()["error"]["message"]
+    assert "TEMPLATE_SANDBOX_CPU_SECONDS (1 s of CPU)" in message or "took longer than 3 s" in message, message
     assert seconds < 4, seconds  # 1 to 2 s of CPU (the kernel counts whole seconds), on a shared machine
     assert not alive(before)
     assert good_preview_works(api)
