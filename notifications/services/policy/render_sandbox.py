@@ -18,9 +18,9 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 
 from ...conf import get_config
 from ...errors import NotificationError, RenderLimitExceeded, TemplateRenderFailed, ValidationFailed
@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 # A sandbox process exits with this when an allocation failed (past RLIMIT_AS): its heap may be
 # half-built, so it is replaced rather than trusted with the next job.
 _MEMORY_EXIT = 70
+# Where ``notifications`` and the Django project import from: the sandbox's ``python -c`` runs there.
+_IMPORT_ROOT = Path(__file__).resolve().parents[3]
 # How long a new process may take to set Django up and say it is ready (a loaded machine).
 _START_SECONDS = 60.0
 _ERRORS: dict[str, type[NotificationError]] = {
@@ -78,7 +80,7 @@ class _SandboxProcess:
             [sys.executable, "-c", _SANDBOX_COMMAND, json.dumps(asdict(limits))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            cwd=settings.BASE_DIR,
+            cwd=_IMPORT_ROOT,
         )
         try:
             ready = self._receive(_START_SECONDS)
