@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-
 from ...conf import get_config
 from ...errors import NotificationError, RenderLimitExceeded, TemplateRenderFailed, ValidationFailed
 from .template_render import TemplateJob, template_job_from_json, template_job_json
