@@ -3,10 +3,10 @@ when stored, in a small pool of processes with OS limits (render_sandbox). A ren
 the cooperative budget is stopped by the kernel, its process killed and replaced, the render
 failing as ``render_limit``, and the next render works.
 
-The leak used here is real, not simulated: a variable lookup that calls a method of a value
-(``{{ t.expandtabs }}``) is no filter, so the budget never counts what it makes; a {% with %} of
-3,000 of them holds 190 MB. The CPU test simulates a hole the honest way: a cooperative deadline
-of 100 s (TEMPLATE_RENDER_SECONDS) left nothing but the sandbox's CPU limit to stop the loop."""
+The holes are simulated, and the simulation is an option, not a patch: MAX_MESSAGE_BYTES of 1 GB
+lets the budget's byte counts (32 times it) never stop the issue's regroup memory bomb (250 MB),
+and TEMPLATE_RENDER_SECONDS of 100 s leaves a loop of 9 million steps to the CPU limit alone. The
+budget and the sandbox get the same values: only the sandbox's own limits stop these renders."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ from .factories import accept_notification, make_api_client, make_template
 from .fakes import override_notifications
 from .helpers import wait_until
 from .test_template_bounds import SQUARE, preview, put_body
-from .test_template_work_bounds import measured
+from .test_template_work_bounds import ATTACKS, CLOSE, DATA, OPEN, measured
 
 MB = 1024 * 1024
-# 3,000 values of 64,000 characters each, made by str.expandtabs, held at once by one node.
-LEAK = "{% with " + " ".join(f"a{n}=t.expandtabs" for n in range(3000)) + " %}{{ a0|length }}{% endwith %}"
-LEAK_DATA = {"t": "\t" * 8000}
+BOMB = OPEN + ATTACKS["regroup-memory"] + CLOSE
+# A byte budget too wide to stop the bomb: the hole the sandbox is there for.
+HOLE = {"MAX_MESSAGE_BYTES": 1_000_000_000}
 # One process, 64 MB past its start: a small pool for one test file, made once (the limits are its key).
 SANDBOX = {"TEMPLATE_SANDBOX_PROCESSES": 1, "TEMPLATE_SANDBOX_MEMORY_BYTES": 64 * MB, "TEMPLATE_SANDBOX_CPU_SECONDS": 1}
 
@@ -56,24 +56,24 @@ def good_preview_works(api: APIClient) -> bool:
     return response.status_code == 200 and response.json()["body"] == "Hello Ann"
 
 
-@override_notifications(TEMPLATE_SANDBOX_PROCESSES=0)
-def test_the_leak_gets_past_the_cooperative_budget_alone_which_is_what_the_sandbox_is_for(api: APIClient) -> None:
-    assert put_body(api, "leak", LEAK).status_code == 201
+@override_notifications(TEMPLATE_SANDBOX_PROCESSES=0, **HOLE)
+def test_with_the_hole_the_bomb_renders_in_process_so_only_the_sandbox_stops_it_below(api: APIClient) -> None:
+    assert put_body(api, "bomb", BOMB).status_code == 201
 
-    response, _, peak = measured(lambda: preview(api, "leak", LEAK_DATA))
+    response, _, peak = measured(lambda: preview(api, "bomb", DATA))
 
-    assert response.status_code == 200 and response.json()["body"] == "64000"
+    assert response.status_code == 200 and response.json()["body"] == "8000"
     assert peak > 150 * MB, peak
 
 
-@override_notifications(**SANDBOX)
+@override_notifications(**SANDBOX, **HOLE)
 def test_a_render_past_the_memory_limit_kills_its_process_which_is_replaced_and_fails_as_render_limit(api: APIClient) -> None:
     assert good_preview_works(api)  # the pool's one process, started
     [before] = sandbox().idle_pids()
     started = sandbox().started
-    assert put_body(api, "leak", LEAK).status_code == 201
+    assert put_body(api, "bomb", BOMB).status_code == 201
 
-    response, seconds, peak = measured(lambda: preview(api, "leak", LEAK_DATA))
+    response, seconds, peak = measured(lambda: preview(api, "bomb", DATA))
 
     assert response.status_code == 400, response.content[:300]
     error = response.json()["error"]
@@ -105,10 +105,10 @@ def test_a_render_past_the_cpu_limit_is_killed_by_the_kernel_and_fails_as_render
     assert good_preview_works(api)
 
 
-@override_notifications(**SANDBOX)
-def test_the_leak_is_refused_at_accept_and_fails_a_digest_at_its_close(broker: dramatiq.Broker, api: APIClient) -> None:
-    assert put_body(api, "leak", LEAK).status_code == 201
-    request = {"user_id": "u1", "to": "ann@example.com", "template": "leak", "data": LEAK_DATA}
+@override_notifications(**SANDBOX, **HOLE)
+def test_the_bomb_is_refused_at_accept_and_fails_a_digest_at_its_close(broker: dramatiq.Broker, api: APIClient) -> None:
+    assert put_body(api, "bomb", BOMB).status_code == 201
+    request = {"user_id": "u1", "to": "ann@example.com", "template": "bomb", "data": DATA}
 
     accepted = api.post("/api/v1/notifications", request, format="json")
 
@@ -116,9 +116,9 @@ def test_the_leak_is_refused_at_accept_and_fails_a_digest_at_its_close(broker: d
     template = make_template("activity", subject="", body="{{ count }} updates", html_body="")
     client, _ = make_api_client()
     accept_notification(
-        client, message="", template="activity", data=LEAK_DATA, digest=services.DigestRequest(key="activity", window_seconds=60)
+        client, message="", template="activity", data=DATA, digest=services.DigestRequest(key="activity", window_seconds=60)
     )
-    template.variants.update(body="{% with t=items.0.t %}" + LEAK + "{% endwith %}")
+    template.variants.update(body="{% with seed=items.0.seed s=items.0.s %}" + BOMB + "{% endwith %}")
     digest = Digest.objects.get()
 
     result = services.digest_close(digest_id=digest.pk, now=digest.closes_at)
@@ -127,11 +127,11 @@ def test_the_leak_is_refused_at_accept_and_fails_a_digest_at_its_close(broker: d
     assert sent.status == Status.FAILED and "TEMPLATE_SANDBOX_MEMORY_BYTES" in sent.last_error
 
 
-def test_the_leak_fails_a_broadcasts_fan_out_in_the_workers_threads_as_render_limit(worker: dramatiq.Worker) -> None:
+def test_the_bomb_fails_a_broadcasts_fan_out_in_the_workers_threads_as_render_limit(worker: dramatiq.Worker) -> None:
     client, token = make_api_client()
     template = make_template("launch", client=client, subject="Launch", body="Hello", html_body="")
-    # Checked at accept in the default locale only: the French variant leaks for every subscriber who reads it.
-    TemplateVariant.objects.create(template=template, channel="email", locale="fr", subject="Lancement", body=LEAK)
+    # Checked at accept in the default locale only: the French variant explodes for every subscriber who reads it.
+    TemplateVariant.objects.create(template=template, channel="email", locale="fr", subject="Lancement", body=BOMB)
     services.topic_upsert(client=client, key="news", name="news")
     Recipient.objects.bulk_create(
         Recipient(client=client, user_id=f"u{n}", email=f"u{n}@example.com", locale="fr") for n in range(3)
@@ -140,8 +140,8 @@ def test_the_leak_fails_a_broadcasts_fan_out_in_the_workers_threads_as_render_li
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
 
-    with override_notifications(**SANDBOX):
-        response = api.post("/api/v1/broadcasts", {"topic": "news", "template": "launch", "data": LEAK_DATA}, format="json")
+    with override_notifications(**SANDBOX, **HOLE):
+        response = api.post("/api/v1/broadcasts", {"topic": "news", "template": "launch", "data": DATA}, format="json")
         assert response.status_code == 202, response.content
         broadcast_id = response.json()["id"]
         wait_until(lambda: Broadcast.objects.get(pk=broadcast_id).status == "failed", timeout=30)

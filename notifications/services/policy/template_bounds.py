@@ -12,11 +12,11 @@ from typing import Any
 
 from django.template import Engine, Library, Template, TemplateSyntaxError
 from django.template.base import FilterExpression, Lexer, Node, TokenType, Variable
-from django.template.defaulttags import ForNode, LoremNode, RegroupNode
+from django.template.defaulttags import ForNode, LoremNode, RegroupNode, WithNode
 from django.template.smartif import TokenBase
 
 from ...errors import RenderLimitExceeded
-from .template_budget import SteppedSequence, counted, current_budget
+from .template_budget import KeptValue, SteppedSequence, counted, current_budget
 
 # Tags of Django's builtins a template may use. Left out: ``include``, ``extends``, ``block`` and
 # ``load`` (other templates and tag libraries), ``debug`` (the whole context and the server's
@@ -175,9 +175,13 @@ def template_compile(engine: Engine, source: str) -> Template:
         _node_check(node, filter_names)
         if isinstance(node, ForNode) and isinstance(node.sequence, FilterExpression):
             node.sequence = SteppedSequence(node.sequence)  # type: ignore[assignment]
-        # {% regroup %} resolves its ``by`` expression for every item within its one node.
+        # {% regroup %} resolves its ``by`` expression for every item within its one node, and
+        # keeps a grouper per group; {% with %} keeps every value it names at once.
         if isinstance(node, RegroupNode) and isinstance(node.target, FilterExpression):
             node.target = SteppedSequence(node.target)  # type: ignore[assignment]
+            node.expression = KeptValue(node.expression)  # type: ignore[assignment]
+        if isinstance(node, WithNode):
+            node.extra_context = {name: KeptValue(value) for name, value in node.extra_context.items()}
         node.render_annotated = counted(node.render_annotated)  # type: ignore[method-assign, assignment]
     return template
 

@@ -110,10 +110,11 @@ def template_job_from_json(value: dict[str, Any]) -> TemplateJob:
 def _render(source: str, data: dict[str, Any], *, html: bool, budget: RenderBudget) -> str:
     if not source:
         return ""
-    budget.start_part()
     try:
         # A copy each time: a template may call a method of a value ({{ items.pop }}).
-        rendered = _compiled(source).render(Context(copy.deepcopy(data), autoescape=html))
+        copied = copy.deepcopy(data)
+        budget.start_part(copied)
+        rendered = _compiled(source).render(Context(copied, autoescape=html))
         # A plain str: render() marks its output safe, and a page showing this text (the admin's
         # preview) must escape it, since a client wrote the template.
         output = "".join([rendered])
