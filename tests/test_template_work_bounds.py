@@ -42,9 +42,10 @@ ATTACKS = {
     "regroup-memory": "{% regroup s|make_list by upper|add:" + BIG + " as G %}{{ G|length }}",
     # The issue's time bomb: the add/slice pairs run for every item within the one node.
     "regroup-time": "{% regroup s|make_list by upper" + ("|add:" + BIG + '|slice:":1"') * 60 + " as G %}{{ G|length }}",
-    "dictsort": '{% regroup s|make_list by upper as R %}{% regroup R|dictsort:"grouper" by grouper|add:'
-    + BIG
-    + " as G %}{{ G|length }}",
+    # 2,000 sorted copies of a list of 8,000 groups, each sorted by a Python key, held by one node.
+    "dictsort": "{% regroup s|make_list by upper as R %}{% with "
+    + " ".join(f'd{i}=R|dictsort:"grouper"' for i in range(2000))
+    + " %}{{ d0|length }}{% endwith %}",
     "join": "{% regroup s|make_list by upper|add:" + BIG + '|make_list|join:"" as G %}{{ G|length }}',
     # A {% with %} of 1,800 values of 64 KB each: one node holding 115 MB.
     "slice-with": "{% with "
