@@ -131,11 +131,10 @@ def render_budget(*, seconds: float, max_bytes: int) -> Iterator[RenderBudget]:
     else:
         budget = RenderBudget(seconds=seconds, max_bytes=max_bytes)
     started = time.monotonic()
-    token = _BUDGET.set(budget)
     try:
-        yield budget
+        with render_budget_applied(budget):
+            yield budget
     finally:
-        _BUDGET.reset(token)
         if pool is not None:
             pool.spent += time.monotonic() - started
 
