@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 
@@ -61,11 +62,13 @@ def accepts_send(
 
 
 def accept_post(
-    connection: http.client.HTTPConnection, *, token: str, key: str, number: int
+    connection: http.client.HTTPConnection, *, token: str, key: str, number: int, content: dict[str, Any] | None = None
 ) -> tuple[http.client.HTTPConnection, bool]:
     """POST one accept (``key`` its Idempotency-Key, ``number`` its recipient's) on ``connection``:
-    the connection to use next (a new one after an error) and whether it was answered 202."""
-    body = json.dumps({"user_id": f"{key}-u", "subject": "Bench", "message": f"Hello {key}.", "to": f"e{number}@example.com"})
+    the connection to use next (a new one after an error) and whether it was answered 202.
+    ``content``: what it sends (a template and its data), instead of a subject and message."""
+    sent = content or {"subject": "Bench", "message": f"Hello {key}."}
+    body = json.dumps({"user_id": f"{key}-u", "to": f"e{number}@example.com", **sent})
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key}
     try:
         connection.request("POST", "/api/v1/notifications", body=body, headers=headers)

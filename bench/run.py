@@ -18,6 +18,8 @@ ratio (the VM is small, shared and noisy):
     and off   bench/mixed_backlog.py, clients_accept.py, group_latency.py
 12. the admin dashboard's p95 at 1M notifications, against indexed queries        bench/dashboard.py
 13. with --profile: py-spy profiles of a worker and of the web process  bench/profiling.py
+14. issue #36: the render sandbox's cost, a render and a template accept over HTTP, sandbox on
+    against off   bench/template_sandbox.py
 
 The bench makes two databases, a vhost and a Redis key prefix of its own and removes them
 afterwards; every process it starts is stopped when its part ends, whatever happened.
@@ -55,6 +57,7 @@ PARTS = (
     "group-latency",
     "inbox",
     "dashboard",
+    "template-sandbox",
 )
 
 
@@ -234,6 +237,12 @@ def run_parts(args: argparse.Namespace, parts: set[str], results: report.Results
         extra += ["", *inbox.inbox_streams().lines(), "", *inbox.front_comparison(duration=args.duration)]
     if "dashboard" in parts:
         extra += ["", *dashboard.section(dashboard.dashboard_bench(rows=args.rows, requests=args.dashboard_requests))]
+    if "template-sandbox" in parts:
+        from bench import template_sandbox
+
+        log(f"template sandbox: {args.sequential} renders and template accepts each, in-process and sandboxed")
+        cost = template_sandbox.template_sandbox_cost(renders=args.sequential, requests=args.sequential)
+        extra += ["", *cost.lines()]
     return extra
 
 

@@ -71,6 +71,10 @@ class NotificationsConfig:
     idempotency_key_ttl_seconds: int
     max_message_bytes: int
     template_render_seconds: float
+    template_cache_bytes: int
+    template_sandbox_processes: int
+    template_sandbox_memory_bytes: int
+    template_sandbox_cpu_seconds: int
     rate_limits: dict[str, RateLimit]
     rate_limit_hold_seconds: float
     default_retry_policy: RetryPolicy

@@ -34,7 +34,9 @@ class TemplateRenderFailed(ValidationFailed):
 
 class RenderLimitExceeded(TemplateRenderFailed):
     """A template's render stopped at its bound: its output past MAX_MESSAGE_BYTES, its work past
-    TEMPLATE_RENDER_SECONDS, or a filter's width beyond the limit (``extra['field']``: template)."""
+    TEMPLATE_RENDER_SECONDS, what its filters made past 32 times MAX_MESSAGE_BYTES, a filter's
+    width beyond the limit, or its sandbox process killed past TEMPLATE_SANDBOX_MEMORY_BYTES or
+    TEMPLATE_SANDBOX_CPU_SECONDS (``extra['field']``: template)."""
 
     code = "render_limit"
 

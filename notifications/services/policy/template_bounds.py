@@ -12,11 +12,11 @@ from typing import Any
 
 from django.template import Engine, Library, Template, TemplateSyntaxError
 from django.template.base import FilterExpression, Lexer, Node, TokenType, Variable
-from django.template.defaulttags import ForNode, LoremNode
+from django.template.defaulttags import ForNode, LoremNode, RegroupNode, WithNode
 from django.template.smartif import TokenBase
 
 from ...errors import RenderLimitExceeded
-from .template_budget import SteppedSequence, counted, current_budget
+from .template_budget import KeptValue, SteppedSequence, counted, current_budget
 
 # Tags of Django's builtins a template may use. Left out: ``include``, ``extends``, ``block`` and
 # ``load`` (other templates and tag libraries), ``debug`` (the whole context and the server's
@@ -109,29 +109,39 @@ def _join_check(value: Any, arg: Any) -> None:
         budget.exceeded()
 
 
-def _size_check(result: Any) -> None:
+def _size_check(result: Any, value: Any) -> None:
     """A filter's result no longer than MAX_MESSAGE_BYTES: a filter can multiply its input
     (``addslashes`` doubles every backslash, ``add`` a value with itself), so a chain of them, or
     ``{% with %}`` inside ``{% with %}``, would grow it exponentially within one node, between two
-    of the budget's steps."""
+    of the budget's steps. And counted against what the render's filters may make in all: results
+    that never reach the output (``{% regroup %}``'s groupers, a chain's steps) are held or
+    thrown away within one node, where the output count never sees them (issue #36)."""
     budget = current_budget()
-    if budget is not None and isinstance(result, (str, list, tuple)) and len(result) > budget.max_bytes:
+    if budget is None:
+        return
+    if isinstance(result, (str, list, tuple)) and len(result) > budget.max_bytes:
         budget.exceeded()
+    budget.made_by_filter(result, value)
 
 
 def _bounded(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
-    """``func`` with its argument checked first (the same check as when stored, for an argument
-    that comes from data) and its result's size after."""
+    """``func`` with a step of the render's budget first (a node can call thousands of filters:
+    a long chain, a {% with %} of many values, {% regroup %}'s expression once per item), its
+    argument checked (the same check as when stored, for an argument that comes from data), and
+    its result's size after."""
     check = _ARGUMENT_CHECKS.get(name)
 
     @functools.wraps(func)
     def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = current_budget()
+        if budget is not None:
+            budget.step()
         if args and name == "join":
             _join_check(value, args[0])
         elif args and check is not None:
             check(name, args[0])
         result = func(value, *args, **kwargs)
-        _size_check(result)
+        _size_check(result, value)
         return result
 
     return bounded
@@ -165,6 +175,13 @@ def template_compile(engine: Engine, source: str) -> Template:
         _node_check(node, filter_names)
         if isinstance(node, ForNode) and isinstance(node.sequence, FilterExpression):
             node.sequence = SteppedSequence(node.sequence)  # type: ignore[assignment]
+        # {% regroup %} resolves its ``by`` expression for every item within its one node, and
+        # keeps a grouper per group; {% with %} keeps every value it names at once.
+        if isinstance(node, RegroupNode) and isinstance(node.target, FilterExpression):
+            node.target = SteppedSequence(node.target)  # type: ignore[assignment]
+            node.expression = KeptValue(node.expression)  # type: ignore[assignment]
+        if isinstance(node, WithNode):
+            node.extra_context = {name: KeptValue(value) for name, value in node.extra_context.items()}
         node.render_annotated = counted(node.render_annotated)  # type: ignore[method-assign, assignment]
     return template
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -14,11 +15,18 @@ from django.template.base import FilterExpression
 
 from ...errors import RenderLimitExceeded
 
+# What a render's filters may make, in all, per byte of output a part may have: a filter's result
+# that never reaches the output (a {% with %} value, a {% regroup %} grouper, a step of a chain) is
+# still memory held or work done, and 32 times what a message may say leaves any real template
+# (a digest's conditions and truncations) far inside it while a process stays megabytes from harm.
+MADE_PER_OUTPUT_BYTE = 32
+
 
 class RenderBudget:
     """The work one message's render may do: until ``deadline`` (time.monotonic), and at most
     ``max_bytes`` of output per part (counted in characters while rendering, never more than the
-    bytes; the finished part is measured in bytes)."""
+    bytes; the finished part is measured in bytes), and its filters' results and the values its
+    nodes keep at most MADE_PER_OUTPUT_BYTE times that in all (``made``, by sys.getsizeof)."""
 
     def __init__(self, *, seconds: float, max_bytes: int, what: str = "the template's render"):
         self.seconds = seconds
@@ -26,12 +34,20 @@ class RenderBudget:
         self.deadline = time.monotonic() + seconds
         self.max_bytes = max_bytes
         self.written = 0
+        self.made = 0
+        self.max_made = max_bytes * MADE_PER_OUTPUT_BYTE
+        # The part's data (its copy the template renders with), and the ids of its objects once a
+        # kept value needs them: the data's own objects are not made by the render.
+        self.data: Any = None
+        self._data_ids: set[int] | None = None
         # Per node being rendered, the output its children returned (counted already).
         self.children: list[int] = [0]
 
-    def start_part(self) -> None:
+    def start_part(self, data: Any = None) -> None:
         self.written = 0
         self.children = [0]
+        self.data = data
+        self._data_ids = None
 
     def step(self) -> None:
         if time.monotonic() > self.deadline:
@@ -41,6 +57,35 @@ class RenderBudget:
         self.written += size
         if self.written > self.max_bytes:
             self.exceeded()
+
+    def made_by_filter(self, result: Any, value: Any) -> None:
+        """Count what a filter call returned: nothing when it is its input (``default``, ``safe``
+        of a safe string), else its size in memory, a list's text items by their length (CPython
+        shares one-character strings, so ``make_list`` makes a slot, not a string, per character)."""
+        if result is value:
+            return
+        size = sys.getsizeof(result)
+        if isinstance(result, (list, tuple)):
+            size += sum(len(item) for item in result if isinstance(item, (str, bytes)))
+        self.made += size
+        if self.made > self.max_made:
+            raise RenderLimitExceeded(
+                f"the template's filters and kept values made more than {self.max_made} bytes "
+                f"({MADE_PER_OUTPUT_BYTE} times MAX_MESSAGE_BYTES)",
+                extra={"field": "template"},
+            )
+
+    def kept(self, value: Any) -> None:
+        """Count a value a node keeps in the context (a {% with %} value, a {% regroup %} grouper)
+        unless the data holds it: a lookup can call a method of a value (``t.expandtabs`` makes
+        eight times ``t``), which is no filter, and a {% with %} of thousands of them would hold
+        gigabytes within one node."""
+        if not isinstance(value, (str, bytes, list, tuple)):
+            return
+        if self._data_ids is None:
+            self._data_ids = _object_ids(self.data)
+        if id(value) not in self._data_ids:
+            self.made_by_filter(value, None)
 
     def exceeded(self) -> NoReturn:
         raise RenderLimitExceeded(
@@ -86,13 +131,22 @@ def render_budget(*, seconds: float, max_bytes: int) -> Iterator[RenderBudget]:
     else:
         budget = RenderBudget(seconds=seconds, max_bytes=max_bytes)
     started = time.monotonic()
+    try:
+        with render_budget_applied(budget):
+            yield budget
+    finally:
+        if pool is not None:
+            pool.spent += time.monotonic() - started
+
+
+@contextlib.contextmanager
+def render_budget_applied(budget: RenderBudget) -> Iterator[RenderBudget]:
+    """The renders inside are bounded by ``budget``, made by the caller (a job of its own process)."""
     token = _BUDGET.set(budget)
     try:
         yield budget
     finally:
         _BUDGET.reset(token)
-        if pool is not None:
-            pool.spent += time.monotonic() - started
 
 
 def counted(render_annotated: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -154,6 +208,41 @@ class SteppedSequence:
 
     def __str__(self) -> str:
         return str(self.expression)
+
+
+class KeptValue:
+    """An expression whose value its node keeps (``{% with %}``'s values, ``{% regroup %}``'s
+    ``by``), counted by RenderBudget.kept as it resolves."""
+
+    def __init__(self, expression: FilterExpression):
+        self.expression = expression
+
+    def resolve(self, context: Any, ignore_failures: bool = False) -> Any:
+        value = self.expression.resolve(context, ignore_failures=ignore_failures)
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.kept(value)
+        return value
+
+    def __str__(self) -> str:
+        return str(self.expression)
+
+
+def _object_ids(data: Any) -> set[int]:
+    """The ids of the containers and strings of JSON-like ``data``, walked without recursion."""
+    ids: set[int] = set()
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            ids.add(id(item))
+        elif isinstance(item, dict):
+            ids.add(id(item))
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            ids.add(id(item))
+            stack.extend(item)
+    return ids
 
 
 def current_budget() -> RenderBudget | None:

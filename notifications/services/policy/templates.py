@@ -3,54 +3,28 @@ saved, rendered at accept from the request's ``data``, previewed, and sent as a 
 
 from __future__ import annotations
 
-import copy
-import functools
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.template import Context, Template, TemplateSyntaxError, VariableDoesNotExist
 
 from ...channels import CHANNEL_NAMES, OutgoingMessage, SendResult, validate_address
 from ...channels.providers import get_provider
 from ...conf import get_config
-from ...errors import RenderLimitExceeded, TemplateRenderFailed, ValidationFailed
+from ...errors import ValidationFailed
 from ...locales import locale_fallbacks, locale_normalize
 from ...models import ApiClient, NotificationTemplate, TemplateVariant
 from ...selectors import template_variants_for
 from .preferences import key_check
-from .template_bounds import TemplateRefused, template_compile, template_engine
-from .template_budget import RenderBudget, render_budget
+from .render_sandbox import template_job_run
+from .template_budget import render_budget
+from .template_render import PartsRender, SourceCheck
 
 MAX_VARIANTS = 100
 VARIANT_FIELDS = ("channel", "locale", "subject", "body", "html_body")
-MAX_SOURCE_BYTES = 64 * 1024
-
-
-class MissingVariable(Exception):
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.name = name
-
-
-class _RaiseOnMissing(str):
-    """The engine's ``string_if_invalid``: Django renders a ``{{ var }}`` it cannot resolve as
-    ``string_if_invalid % var`` when that holds "%s" (FilterExpression.resolve), so this raises
-    instead, naming the variable. ``{% if var %}`` and ``{% for x in var %}`` resolve with
-    ``ignore_failures`` and never get here, so optional parts can still be written that way."""
-
-    def __mod__(self, variable: object) -> str:
-        raise MissingVariable(str(variable))
-
-
-ENGINE = template_engine(string_if_invalid=_RaiseOnMissing("%s"))
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(source: str) -> Template:
-    return template_compile(ENGINE, source)
 
 
 @dataclass(frozen=True)
@@ -67,15 +41,9 @@ class RenderedMessage:
 
 def template_source_check(source: str, *, field: str) -> None:
     """ValidationFailed naming ``field`` when ``source`` does not compile, or uses what a template
-    may not (template_bounds: its tags, filters, widths, counts, loops and nesting)."""
-    if len(source.encode()) > MAX_SOURCE_BYTES:
-        raise ValidationFailed(f"{field} is over {MAX_SOURCE_BYTES} bytes", extra={"field": field})
-    try:
-        _compiled(source)
-    except TemplateRefused as exc:
-        raise ValidationFailed(f"{field} is refused: {exc}", extra={"field": field}) from None
-    except TemplateSyntaxError as exc:
-        raise ValidationFailed(f"{field} does not compile: {exc}", extra={"field": field}) from None
+    may not (template_bounds: its tags, filters, widths, counts, loops and nesting); checked in
+    the render sandbox when it is on, since compiling is work a hostile source makes too."""
+    template_job_run(SourceCheck(source=source, field=field))
 
 
 def template_variants_check(variants: Any) -> list[dict[str, str]]:
@@ -161,12 +129,20 @@ def variant_render(variant: TemplateVariant, *, key: str, data: dict[str, Any]) 
     """Render a variant with ``data``: text parts without escaping, the HTML part autoescaped. A
     variable a part uses that ``data`` lacks is ValidationFailed naming it (``data.<name>``). The
     render stops itself at TEMPLATE_RENDER_SECONDS of work for the three parts, or a part's output
-    past MAX_MESSAGE_BYTES: RenderLimitExceeded (a ValidationFailed), with nothing left running."""
+    past MAX_MESSAGE_BYTES: RenderLimitExceeded (a ValidationFailed), with nothing left running;
+    in the render sandbox when it is on (render_sandbox), which also stops what the budget misses."""
     config = get_config()
     with render_budget(seconds=config.template_render_seconds, max_bytes=config.max_message_bytes) as budget:
-        subject = _render(variant.subject, data, html=False, budget=budget)
-        body = _render(variant.body, data, html=False, budget=budget)
-        html_body = _render(variant.html_body, data, html=True, budget=budget)
+        job = PartsRender(
+            sources=[variant.subject, variant.body, variant.html_body],
+            html=[False, False, True],
+            data=data,
+            seconds=budget.seconds,
+            remaining_seconds=max(budget.deadline - time.monotonic(), 0.0),
+            max_bytes=budget.max_bytes,
+            what=budget.what,
+        )
+        subject, body, html_body = template_job_run(job)
     return RenderedMessage(
         # Folded to one line: a value with a line break must not become a second header.
         subject=" ".join(subject.split()),
@@ -175,39 +151,6 @@ def variant_render(variant: TemplateVariant, *, key: str, data: dict[str, Any]) 
         template_key=key,
         locale=variant.locale,
     )
-
-
-def _render(source: str, data: dict[str, Any], *, html: bool, budget: RenderBudget) -> str:
-    if not source:
-        return ""
-    budget.start_part()
-    try:
-        # A copy each time: a template may call a method of a value ({{ items.pop }}).
-        rendered = _compiled(source).render(Context(copy.deepcopy(data), autoescape=html))
-        # A plain str: render() marks its output safe, and a page showing this text (the admin's
-        # preview) must escape it, since a client wrote the template.
-        output = "".join([rendered])
-        if len(output.encode()) > budget.max_bytes:
-            budget.exceeded()
-        return output
-    except RecursionError:  # data nested deeper than Python's stack (deepcopy, a filter)
-        raise RenderLimitExceeded("the template's data nests too deep to render", extra={"field": "template"}) from None
-    except MissingVariable as exc:
-        name = exc.name
-    except VariableDoesNotExist as exc:  # a filter's argument: {{ a|default:b }} without b
-        name = str(exc.params[0]) if exc.params else "?"
-    except TemplateRefused as exc:  # saved before today's bounds: never rendered (and never will be)
-        raise TemplateRenderFailed(f"the template is refused: {exc}", extra={"field": "template"}) from None
-    except TemplateSyntaxError as exc:  # saved before the checks (the admin's raw form, say)
-        raise TemplateRenderFailed(f"the template does not compile: {exc}", extra={"field": "template"}) from None
-    except TemplateRenderFailed:
-        raise
-    except Exception as exc:
-        # Anything else a render raises fails the same way with the same data: a filter's bad
-        # argument ({{ "a"|ljust:"b" }}), {% url %} of no route, a render past its bounds.
-        cause = exc.message if isinstance(exc, ValidationFailed) else f"{type(exc).__name__}: {exc}"
-        raise TemplateRenderFailed(f"the template could not be rendered: {cause}"[:500], extra={"field": "template"}) from exc
-    raise ValidationFailed(f"the template uses {{{{ {name} }}}} but data has no {name!r}", extra={"field": f"data.{name}"})
 
 
 def template_variants_read(*, client: ApiClient, key: str, channel: str) -> list[TemplateVariant]:
