@@ -15,6 +15,7 @@ other workers' claims and the records of their deliveries queued behind a Python
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -75,16 +76,27 @@ def claim_of_row(notification: Notification, columns: Mapping[str, Any], *, now:
         status_webhook_url=columns["client_status_webhook_url"],
         is_test=_flag(columns["client_is_test"]),
     )
-    attempt = DeliveryAttempt(
-        notification=notification, number=columns["last_attempt_number"] + 1, started_at=now, channel=notification.channel
-    )
-    if inserted:
-        # As loaded from the database (Model.from_db): the statement inserted it with these values.
-        fields = DeliveryAttempt._meta.concrete_fields
-        values = [columns["attempt_id"] if field.primary_key else field.value_from_object(attempt) for field in fields]
-        attempt = DeliveryAttempt.from_db(connection.alias, [field.attname for field in fields], values)
-        attempt.notification = notification
+    number = columns["last_attempt_number"] + 1
+    if not inserted:
+        attempt = DeliveryAttempt(notification=notification, number=number, started_at=now, channel=notification.channel)
+        return Claim(notification=notification, attempt=attempt, client=client)
+    # As loaded from the database (Model.from_db): the statement inserted it with these values.
+    given = {"id": columns["attempt_id"], "notification_id": notification.pk, "number": number, "started_at": now}
+    given["channel"] = notification.channel
+    values = [given.get(name, default) for name, default in _attempt_defaults()]
+    attempt = DeliveryAttempt.from_db(connection.alias, None, values)  # type: ignore[arg-type]
+    attempt.notification = notification
     return Claim(notification=notification, attempt=attempt, client=client)
+
+
+@functools.cache
+def _attempt_defaults() -> list[tuple[str, Any]]:
+    """Each column of an attempt and the default the claim's statement inserts it with
+    (claim_with_attempts_sql); those claim_of_row is given are never read from here."""
+    return [
+        (field.attname, None if callable(field.default) else field.get_default())
+        for field in DeliveryAttempt._meta.concrete_fields
+    ]
 
 
 def _flag(value: Any) -> bool:
