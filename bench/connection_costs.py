@@ -1,10 +1,11 @@
 """What the database connections' hot paths cost in-process (issue #37: public APIs of Django and
 psycopg only): a worker message's connection handling and reads, a web request's, and the
-prepared per-message read alone, then the first two with Django's CONN_HEALTH_CHECKS on; microseconds a cycle (median of ROUNDS rounds of CYCLES) and the
-health checks (``SELECT 1``, ``is_usable``) a cycle. Real PostgreSQL; run it on two trees in turn
-to compare them (docs/performance.md):
+prepared per-message read alone, then the first two with Django's CONN_HEALTH_CHECKS on;
+microseconds a cycle (median of ROUNDS rounds of CYCLES) and health checks (``SELECT 1``) a cycle. Real PostgreSQL; run it on two trees in turn
+to compare them (docs/performance.md). pytest-django makes the database (test_claims_costs):
 
-    TEST_WORKERS=0 scripts/test.sh bench/connection_costs.py -q -s -p no:randomly
+    env -u BROKER_URL -u REDIS_URL DATABASE_URL=postgres://postgres@127.0.0.1:5432/claims_costs \\
+      .venv/bin/python -m pytest bench/connection_costs.py -q -s -p no:randomly -p no:cacheprovider --create-db
 
 It runs on the code before issue #37 too (8ae3b80): only entry points both have."""
 
