@@ -13,9 +13,9 @@ class NotificationsConfig(AppConfig):
 
         from . import actors, conf, connections, tracing  # noqa: F401  (registers actors; connects setting_changed)
 
-        # When each connection last served a request well (connections.py; the web's first
-        # middleware trusts it at the next request's start).
-        signals.request_finished.connect(connections.request_connections_stamp, dispatch_uid="notifications-connections-stamp")
+        # When each connection last served a request (connections.py; the web's first middleware
+        # checks at the next request's start only those idle since for a while).
+        signals.request_finished.connect(connections.database_connections_stamp, dispatch_uid="notifications-connections-stamp")
 
         tracing.configure()
 

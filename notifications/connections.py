@@ -1,15 +1,16 @@
 """The one place the connections to RabbitMQ and Redis are made from settings: the broker's
 parameters for pika, and the Redis client behind the cache (one per process).
 And the database's on the hot paths: a worker thread's connections (opened at its boot, kept
-between messages), a web request's (trusted when the last request used them a moment ago), and
-a cursor whose statements PostgreSQL plans once per connection (the reads every message and
-every single accept make)."""
+between messages), the health checks of a request's or a loop's (only of those idle for a while),
+and a cursor whose statements PostgreSQL plans once per connection (the reads every message and
+every single accept make). Public APIs of Django and psycopg only."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import time
+import weakref
 from typing import Any
 
 import pika
@@ -89,13 +90,13 @@ class WorkerConnectionsMiddleware(DbConnectionsMiddleware):
     waiting for a deploy, bench/email_singles.py), and a database or Redis that is down now shows in
     the worker's log at start. A failure there is logged and left to the first message, as before.
 
-    Between messages: with CONN_HEALTH_CHECKS, Django checks a connection (``SELECT 1``) on its
-    first use after ``close_old_connections``, which django_dramatiq calls around every message: a
+    Between messages django_dramatiq's ``close_old_connections`` runs, and with CONN_HEALTH_CHECKS
+    off (platform/settings.py) Django sends no ``SELECT 1`` before a message's first statement: a
     round trip and a commit per message, most of what a message whose notifications were already
     sent costs (services/delivery/backlog.py). A connection the last message used without an error
-    is taken as healthy. One that broke while idle fails the next message's first statement (a
-    read: the delivery claims nothing before it); that message is retried, and its connection
-    closed after it (``errors_occurred``) and opened afresh for the retry."""
+    is reused as it is. One that broke while idle fails the next message's first statement (a read:
+    the delivery claims nothing before it); that message is retried, and its connection, which had
+    an error, is checked after it by ``close_old_connections`` and opened afresh for the retry."""
 
     def after_worker_thread_boot(self, broker: Any, thread: Any) -> None:
         try:
@@ -107,80 +108,83 @@ class WorkerConnectionsMiddleware(DbConnectionsMiddleware):
             logger.warning(
                 "a worker thread could not open its connections at start; its first message will try again", exc_info=True
             )
-        finally:
-            self._close_old_connections()
-
-    def _close_old_connections(self, *args: Any, **kwargs: Any) -> None:
-        connection: Any
-        for connection in db.connections.all(initialized_only=True):
-            failed = connection.errors_occurred
-            connection.close_if_unusable_or_obsolete()
-            if connection.connection is not None and not failed:
-                connection.health_check_done = True
-
-    before_process_message = _close_old_connections
-    after_process_message = _close_old_connections
 
 
-# A web request's connections: Django (CONN_HEALTH_CHECKS) checks each with a ``SELECT 1`` round
-# trip at the first statement of every request. One that served the last request without an error
-# this recently is taken as healthy instead: under load a thread's connection is busy all the time,
-# and the check was a round trip per request, most of what sixteen clients' single requests cost
-# beyond one client's, whose group leader checks once for its whole group (bench/clients_accept.py).
-# One idle for longer (a database restarted meanwhile, say) is checked as Django does.
+# Django's CONN_HEALTH_CHECKS checks every connection with a ``SELECT 1`` round trip before the
+# first statement of every request; it is off (platform/settings.py) and the places that want a
+# check ask for it here. A connection that served a request (or passed a check) this recently is
+# taken as healthy: under load a thread's connection is busy all the time, and the check was a
+# round trip per request, most of what sixteen clients' single requests cost beyond one client's,
+# whose group leader checks once for its whole group (bench/clients_accept.py). One idle for longer
+# (a database restarted meanwhile, say) is checked, and replaced when it fails, as Django does.
 HEALTHY_FOR_SECONDS = 1.0
+# Each of this process's connections (Django's per-thread wrappers) -> when it last served a
+# request or passed a check (time.monotonic()).
+_healthy_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
 
-def request_connections_stamp(**kwargs: Any) -> None:
-    """At a request's end (after Django's own handler has closed what was unusable or too old):
-    when each connection still open last served a request without an error."""
-    wrapper: Any
-    for wrapper in db.connections.all(initialized_only=True):
-        if wrapper.connection is not None and not wrapper.errors_occurred:
-            wrapper.healthy_at = time.monotonic()
-
-
-def request_connections_trust() -> None:
-    """At a request's start, once Django's request_started handler has reset the health check
-    (api/middleware.py): a connection stamped healthy within HEALTHY_FOR_SECONDS skips it."""
+def database_connections_stamp(**kwargs: Any) -> None:
+    """At a request's end, after Django's own request_finished handler (``close_old_connections``:
+    one that had an error is checked, and closed when unusable or too old): those still open are healthy."""
     now = time.monotonic()
-    wrapper: Any
     for wrapper in db.connections.all(initialized_only=True):
-        if wrapper.connection is not None and now - getattr(wrapper, "healthy_at", float("-inf")) < HEALTHY_FOR_SECONDS:
-            wrapper.health_check_done = True
+        if wrapper.connection is not None:
+            _healthy_at[wrapper] = now
+
+
+def database_connections_vet() -> None:
+    """Before a request's or a loop's work: each open connection not known healthy within
+    HEALTHY_FOR_SECONDS is checked (``SELECT 1``) and closed when unusable, so that its first
+    statement opens a new one rather than fail."""
+    now = time.monotonic()
+    for wrapper in db.connections.all(initialized_only=True):
+        if wrapper.connection is None or now - _healthy_at.get(wrapper, float("-inf")) < HEALTHY_FOR_SECONDS:
+            continue
+        if wrapper.is_usable():
+            _healthy_at[wrapper] = now
+        else:
+            wrapper.close()
+
+
+def database_connections_refresh() -> None:
+    """Between two units of work of a loop (a sweep, an event): Django's ``close_old_connections``
+    (an error, the age), then the check of those idle for a while (database_connections_vet)."""
+    db.close_old_connections()
+    database_connections_vet()
 
 
 def prepared_cursor() -> Any:
-    """A cursor whose statements PostgreSQL plans once per connection (psycopg prepares each on the
-    server on its first execution and keeps up to 100 a connection). For a read every message runs:
-    planning a join costs PostgreSQL ten times what running it does when it finds nothing (a
-    message whose notification a backlog claim sent already). Django's own cursors bind parameters
-    on the client and are never prepared (it sets psycopg's ``prepare_threshold`` to None); this
-    one is wrapped as they are, so it is logged and counted alike. Elsewhere (SQLite), Django's."""
+    """A cursor whose statements PostgreSQL plans once per connection: psycopg prepares each on the
+    server at its first execution (``execute(..., prepare=True)``; OPTIONS ``prepare_threshold`` in
+    platform/settings.py lets it) and keeps up to ``prepared_max`` (100) a connection. For a read
+    every message runs: planning a join costs PostgreSQL ten times what running it does when it
+    finds nothing (a message whose notification a backlog claim sent already). Django's own cursors
+    bind parameters on the client and are never prepared; this one is wrapped as they are, so it
+    is logged and counted alike. Elsewhere (SQLite), Django's."""
     if connection.vendor != "postgresql":
         return connection.cursor()
-    connection.close_if_health_check_failed()
     connection.ensure_connection()
-    if connection.connection.prepare_threshold is None:
-        # While it is None psycopg prepares nothing, even when asked; with this, only what is asked
-        # (Django's client-side cursors never prepare whatever it is).
-        connection.connection.prepare_threshold = 2**31
-    raw: Any = _prepared_cursor_class()(connection.connection)
-    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    raw = _prepared_cursor_classes()[0](connection.connection)
+    if connection.queries_logged:
+        return _prepared_cursor_classes()[1](raw, connection)
+    return connection.make_cursor(raw)
 
 
 @functools.cache
-def _prepared_cursor_class() -> type:
+def _prepared_cursor_classes() -> tuple[type, type]:
     import psycopg
+    from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
     class PreparedCursor(psycopg.Cursor):  # type: ignore[type-arg]
         def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
             return super().execute(query, params, prepare=True, binary=binary)
 
-        def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:
-            super()._send_query_prepared(name, pgq, binary=binary)
-            # psycopg keeps the statement (``_query``, which Django's query log reads) only for those
-            # it did not prepare: without it the log, and the tests counting statements, see None.
-            self._query = pgq
+    class PreparedDebugCursor(CursorDebugWrapper):
+        """Django's query log of a prepared statement: the statement as written. Django's own reads
+        the statement psycopg ran back from the cursor, which psycopg keeps only for those it did not prepare."""
 
-    return PreparedCursor
+        def execute(self, sql: Any, params: Any = None) -> Any:
+            with self.debug_sql(sql, params):
+                return CursorWrapper.execute(self, sql, params)
+
+    return PreparedCursor, PreparedDebugCursor

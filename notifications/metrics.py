@@ -10,7 +10,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import dramatiq
 from django.conf import settings
@@ -124,14 +124,17 @@ provider_circuit_open = Gauge(
 MODE_LIVE, MODE_TEST = "live", "test"
 
 
-def mode_of(notification: Any) -> str:
-    """A notification's mode from what is at hand, never a query: the delivery claim's
-    ``client_is_test``, else its client object when loaded (accept)."""
-    is_test = getattr(notification, "client_is_test", None)
-    if is_test is None:
-        client = notification._state.fields_cache.get("client")
-        is_test = getattr(client, "is_test", False)
-    return MODE_TEST if is_test else MODE_LIVE
+class InMode(Protocol):
+    """What knows whether it is a test token's: an API client, or the client a claim read (models/claims.py)."""
+
+    @property
+    def is_test(self) -> bool: ...
+
+
+def mode_of(client: InMode) -> str:
+    """The ``mode`` label of a notification of ``client``: from the client the caller holds (the
+    accept's, a delivery claim's snapshot), never a guess from attributes that may be missing."""
+    return MODE_TEST if client.is_test else MODE_LIVE
 
 
 # A DeliveryAttempt outcome -> the ``status`` label of notifications_sent.

@@ -111,11 +111,16 @@ DATABASES = {"default": env.db_url_config(DATABASE_URL)}
 DATABASES["default"]["ENGINE"] = DATABASES["default"]["ENGINE"].replace("django.db.backends.", "django_prometheus.db.backends.")
 if "postgresql" in DATABASES["default"]["ENGINE"]:
     DATABASES["default"].setdefault("CONN_MAX_AGE", _option["DATABASE_CONN_MAX_AGE"])
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-    # Only the per-message read is prepared (connections.prepared_cursor; Django's statements never
-    # are): planned once per connection, not at each bind. A custom plan per bind, which PostgreSQL
-    # otherwise keeps when it finds it no dearer, cost twice what running the read did.
+    # Off: Django would send a SELECT 1 before the first statement of every request and every
+    # worker message; notifications/connections.py checks only a connection idle for a while.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    # Only the per-message read is prepared (connections.prepared_cursor asks, prepare=True; Django's
+    # statements bind on the client and never are): planned once per connection, not at each bind. A
+    # custom plan per bind, which PostgreSQL otherwise keeps when it finds it no dearer, cost twice
+    # what running the read did. psycopg prepares nothing while prepare_threshold is None (Django's
+    # default); with a threshold no statement reaches, only what asks is prepared.
     _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options.setdefault("prepare_threshold", 2**31)
     _options["options"] = f"{_options.get('options', '')} -c plan_cache_mode=force_generic_plan".strip()
     # Each test run gets a database of its own (make test sets TEST_RUN_ID) so runs never meet.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}"}

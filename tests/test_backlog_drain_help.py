@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from notifications import services
-from notifications.models import Notification, Status
+from notifications.models import Claim, Notification, Status
 from notifications.services.delivery import backlog
 from notifications.services.delivery import send as delivery
 
@@ -40,12 +40,12 @@ class HeldFirstSend:
         self._first = True
         monkeypatch.setattr(delivery, "notification_send", self)
 
-    def __call__(self, notification: Notification, attempt: Any) -> Any:
+    def __call__(self, claim: Claim) -> Any:
         if self._first:
             self._first = False
             self.holding.set()
             self.release.wait(timeout=60)
-        return self._send(notification, attempt)
+        return self._send(claim)
 
 
 def in_thread(target: Any, results: dict[str, Any], name: str) -> threading.Thread:

@@ -44,9 +44,9 @@ def claim_statement(monkeypatch: pytest.MonkeyPatch, *, limit: int) -> tuple[str
         captured.update(sql=sql, params=params)
         return []
 
-    monkeypatch.setattr(notification_model, "rows_as_models", capture)
+    monkeypatch.setattr(notification_model, "rows_with_models", capture)
     claim = BacklogClaim(channel="email", priorities=("high",), limit=limit, due_before=timezone.now())
-    Notification.claim_for_delivery([], now=timezone.now(), backlog=claim, attempts=True)
+    Notification.claim_for_delivery([], now=timezone.now(), backlog=claim)
     return captured["sql"], captured["params"]
 
 

@@ -428,23 +428,19 @@ def test_a_worker_killed_mid_send_loses_nothing_and_the_attempt_is_recorded_inte
 def test_a_send_that_ends_after_the_sweeper_recovered_it_leaves_the_new_claim_alone(broker: dramatiq.Broker) -> None:
     client, _ = make_api_client()
     notification = accept_notification(client, to="kim@example.com")
-    [(notification, stale)] = delivery._notifications_claim([str(notification.pk)])
+    [stale] = delivery._notifications_claim([str(notification.pk)])
     # That worker froze past SENDING_TIMEOUT_SECONDS: the sweeper recovers the send and another
     # worker claims it again.
     later = timezone.now() + timedelta(seconds=get_config().sending_timeout_seconds + 1)
     assert services.notification_sweep(now=later).recovered == 1
-    [(_, fresh)] = delivery._notifications_claim([str(notification.pk)])
-    assert fresh.number == 2
+    [fresh] = delivery._notifications_claim([str(notification.pk)])
+    assert fresh.attempt.number == 2
 
     # Now the frozen send comes back with its answer; whatever it says, the new claim stands.
-    late_transient = delivery_outcomes.record_transient_failure(
-        notification, stale, TransientChannelError("451 late"), time.monotonic()
-    )
+    late_transient = delivery_outcomes.record_transient_failure(stale, TransientChannelError("451 late"), time.monotonic())
     current = Notification.objects.get(pk=notification.pk)
-    assert (late_transient.outcome, current.status, current.claimed_at) == ("skipped", Status.SENDING, fresh.started_at)
-    late_permanent = delivery_outcomes.record_permanent_failure(
-        notification, stale, PermanentChannelError("550 late"), time.monotonic()
-    )
+    assert (late_transient.outcome, current.status, current.claimed_at) == ("skipped", Status.SENDING, fresh.attempt.started_at)
+    late_permanent = delivery_outcomes.record_permanent_failure(stale, PermanentChannelError("550 late"), time.monotonic())
     current = Notification.objects.get(pk=notification.pk)
     assert current.status == Status.SENDING and current.last_error != "550 late"
     assert late_permanent.outcome == "failed" and not DeadLetter.objects.exists()

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from psycopg.pq import TransactionStatus
 
-from notifications import services
+from notifications import connections, services
 from notifications.models import AttemptOutcome, DeliveryAttempt, IdempotencyKey, Notification, OutcomeCount, Status, Suppression
 from notifications.selectors import notifications_pending_delivery
 from notifications.services.delivery import send as delivery
@@ -249,10 +249,32 @@ def test_a_connection_that_served_the_last_request_is_not_checked_again_at_the_n
     assert checks == []  # no SELECT 1 round trip before the request's first statement
     # Idle for longer (a database restarted meanwhile, say): checked as Django checks it.
     request()
-    connection.healthy_at -= 2  # type: ignore[attr-defined]
+    monkeypatch.setattr(connections, "HEALTHY_FOR_SECONDS", 0.0)  # as if it had been idle since
     close_old_connections()
     served(RequestFactory().get("/healthz"))
     assert checks == [True]
+
+
+def test_a_loops_connection_broken_while_idle_is_replaced_before_its_next_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep or an event after a while (the database restarted meanwhile, say): with Django's
+    # CONN_HEALTH_CHECKS off, connections.py checks the connection and opens a new one.
+    Notification.objects.exists()
+    broken = connection.connection.info.backend_pid
+
+    def terminate() -> None:
+        try:
+            with connection.cursor() as cursor:  # this thread's own connection
+                cursor.execute("SELECT pg_terminate_backend(%s)", [broken])
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=terminate)
+    thread.start()
+    thread.join(timeout=30)
+    monkeypatch.setattr(connections, "HEALTHY_FOR_SECONDS", 0.0)  # idle since
+    connections.database_connections_refresh()
+    assert Notification.objects.exists() is False  # no OperationalError: a new connection
+    assert connection.connection.info.backend_pid != broken
 
 
 def test_one_redis_client_serves_every_thread() -> None:

@@ -271,9 +271,9 @@ def test_a_route_reads_the_suppression_list_once_for_all_its_channels(
     suppressed.delete()
     notification_id = accept(api, ["email", "sms", "webhook"])
     suppressed.save()
-    [claimed] = Notification.claim_for_delivery([notification_id], now=(now := timezone.now()))
+    [claim] = Notification.claim_for_delivery([notification_id], now=(now := timezone.now()))
     with CaptureQueriesContext(connection) as advancing:
-        step = route_advance(claimed, claimed_at=now, reason="permanent_error", error="refused")
+        step = route_advance(claim.notification, claimed_at=now, reason="permanent_error", error="refused")
 
     assert step.advanced and Notification.objects.get(pk=notification_id).channel == "webhook"
     assert [(e["channel"], e["outcome"]) for e in Notification.objects.get(pk=notification_id).route] == [
@@ -314,10 +314,10 @@ def test_two_workers_ending_the_same_claim_advance_the_route_once(
     make_recipient(client, "u1", email="ann@example.com", phone=PHONE, webhook_url="https://hooks.example.com/u1")
     notification_id = accept(api, ["email", "sms", "webhook"])
     now = timezone.now()
-    [claimed] = Notification.claim_for_delivery([notification_id], now=now)
+    [claim] = Notification.claim_for_delivery([notification_id], now=now)
     twin = Notification.objects.get(pk=notification_id)  # what a second worker holding the same claim has
 
-    first = route_advance(claimed, claimed_at=now, reason="permanent_error", error="refused")
+    first = route_advance(claim.notification, claimed_at=now, reason="permanent_error", error="refused")
     second = route_advance(twin, claimed_at=now, reason="permanent_error", error="refused")
 
     assert (first.advanced, second.advanced, second.lost) == (True, False, True)

@@ -358,10 +358,15 @@ def test_without_a_status_webhook_url_recording_costs_no_query_and_writes_no_eve
     client, _ = make_api_client()
     notification = accept_notification(client)
     from_claim = Notification.objects.get(pk=notification.pk)
-    from_claim.client_status_webhook_url = ""  # type: ignore[attr-defined]  (what the delivery claim returns)
+    claimed_urls = {client.pk: ""}  # what the delivery claim read of its client (models/claims.py)
     with_client = Notification.objects.select_related("client").get(pk=notification.pk)
     with CaptureQueriesContext(connection) as queries:
-        assert services.status_event_record(notifications=[from_claim], event_type="notification.delivered") == []
+        assert (
+            services.status_event_record(
+                notifications=[from_claim], event_type="notification.delivered", webhook_urls=claimed_urls
+            )
+            == []
+        )
         assert services.status_event_record(notifications=[with_client], event_type="notification.failed") == []
     assert queries.captured_queries == []
     # Neither known: one read of the client says there is no URL, and nothing is written.

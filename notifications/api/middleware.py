@@ -28,7 +28,7 @@ from django.core.signals import got_request_exception
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
-from ..connections import request_connections_trust
+from ..connections import database_connections_vet
 from ..logging import request_id_var
 from ..models import ApiClient
 from .exceptions import error_body, unhandled_error
@@ -64,9 +64,9 @@ class ApiRequestMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         started = time.perf_counter()
-        # Here, after every request_started receiver (Django's resets the health check whatever
-        # order they were connected in): connections.py.
-        request_connections_trust()
+        # The database connections idle for a while checked, as Django's CONN_HEALTH_CHECKS would
+        # check every one (connections.py).
+        database_connections_vet()
         request_id = request_id_for(request.headers.get(REQUEST_ID_HEADER))
         token = request_id_var.set(request_id)
         # For the lines Django logs about the request after this returns (the formatter reads it).

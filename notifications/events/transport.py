@@ -30,9 +30,10 @@ from typing import Any
 
 import pika
 import pika.exceptions
-from django.db import close_old_connections, connection
+from django.db import connection
 
 from ..conf import broker_connection_parameters, get_config
+from ..connections import database_connections_refresh
 from ..event_bus import declare_topology
 from ..metrics import record_dead_letter_ingest_error, record_event_processed
 from ..models import DeadLetterReason
@@ -145,7 +146,7 @@ class EventConsumer:
         if self._hand_back_if_stopping(channel, method):
             return
         started = time.monotonic()
-        close_old_connections()
+        database_connections_refresh()
         headers = dict(properties.headers or {})
         result = event_process(body=body, routing_key=method.routing_key, headers=headers)
         tag = method.delivery_tag
@@ -198,7 +199,7 @@ class EventConsumer:
     def _on_dead_letter(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
         if self._hand_back_if_stopping(channel, method):
             return
-        close_old_connections()
+        database_connections_refresh()
         try:
             dead_letter = dead_letter_ingest(
                 body=body, routing_key=method.routing_key, headers=properties.headers, message_id=properties.message_id

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .backlog import BacklogClaim
 from .broadcasts import Broadcast, BroadcastStatus, Topic, TopicSubscription
 from .captured import CapturedMessage
+from .claims import Claim, ClientSnapshot
 from .clients import (
     LIVE_TOKEN_PREFIX,
     TEST_TOKEN_PREFIX,
@@ -88,6 +89,8 @@ __all__ = [
     "CapturedMessage",
     "Category",
     "Channel",
+    "Claim",
+    "ClientSnapshot",
     "ClientOrPlatformKeyed",
     "DEFAULT_CATEGORY",
     "DeadLetter",

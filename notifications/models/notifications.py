@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -12,12 +13,12 @@ from django.utils import timezone as django_timezone
 from ..errors import InvalidTransition
 from ..sql import CountInto, update_rows
 from .attempts import AttemptOutcome, DeliveryAttempt
-from .backlog import BacklogClaim, backlog_rows_sql
-from .claims import claim_with_attempts_sql
+from .backlog import BacklogClaim
+from .claims import Claim, claim_of_row, claim_statement
 from .clients import ApiClient
 from .content import Category, Channel
 from .outcome_counts import OUTCOME_COUNT_KEY, OutcomeCount
-from .rows import rows_as_models
+from .rows import rows_with_models
 
 
 class Priority(models.TextChoices):
@@ -178,14 +179,6 @@ class Notification(models.Model):
     action_url = models.CharField(max_length=2000, blank=True, default="")
     thread_key = models.CharField(max_length=255, blank=True, default="")
 
-    # Not columns: what claim_for_delivery's RETURNING adds for the send.
-    client_name: str
-    client_webhook_secret: str
-    client_webhook_previous_secret: str  # "" unless within its grace period
-    client_status_webhook_url: str  # services/records/status_events.py: no statement when blank
-    client_is_test: bool  # test mode: the send goes to the capture sink (services/delivery/capture.py)
-    last_attempt_number: int
-
     class Meta:
         ordering = ["-created_at"]
         indexes = [
@@ -280,13 +273,15 @@ class Notification(models.Model):
         webhook_secret_grace_seconds: float = 0.0,
         backlog: BacklogClaim | None = None,
         wait: bool = False,
-        attempts: bool = False,
-    ) -> list[Notification]:
+    ) -> list[Claim]:
         """Take pending notifications for one send each, in one ``UPDATE ... RETURNING``: status
         ``sending``, one more attempt, ``claimed_at = now``; those another worker won, or no longer
-        pending, are not returned. Each row comes back whole with its client's ``client_name`` and
-        ``client_webhook_secret`` and ``last_attempt_number`` (attempt numbers keep counting across
-        redrives, which reset ``attempt_count``), so the send needs no read of its own.
+        pending, are not returned. Each comes back as a Claim (models/claims.py): the row whole,
+        the client it was claimed under and its attempt, numbered after the notification's last
+        (attempt numbers keep counting across redrives, which reset ``attempt_count``), so the send
+        needs no read of its own. On PostgreSQL the same statement inserts the attempts
+        (models/claims.py) and commits as it returns; elsewhere a second statement does, in the
+        claim's transaction.
 
         Several ids on PostgreSQL lock with ``FOR UPDATE SKIP LOCKED``: a row another transaction
         holds (another worker's claim of a duplicate message, a cancel) is left to it, and two
@@ -294,61 +289,25 @@ class Notification(models.Model):
         With ``backlog`` (PostgreSQL only) the same statement also takes the rows it names
         (models/backlog.py), every row with SKIP LOCKED: a claim that waited for its own id while
         holding backlog rows could deadlock with the claim holding that id. ``wait``: several ids
-        wait for their locks too (``FOR UPDATE`` in id order), for a caller holding no other lock.
-        ``attempts`` (PostgreSQL only): the same statement inserts each row's attempt (models/claims.py),
-        whose id each returned row carries as ``attempt_id``."""
-        sources = sorted(PENDING_STATUSES)  # each may move to sending (TRANSITIONS)
-        quote = connection.ops.quote_name
-        table, clients = quote(cls._meta.db_table), quote(ApiClient._meta.db_table)
-        attempt_table = quote(DeliveryAttempt._meta.db_table)
-        columns = ", ".join(f"{table}.{quote(str(field.column))}" for field in cls._meta.concrete_fields)
-        ids = [cls._meta.pk.get_db_prep_value(uuid.UUID(str(pk)), connection) for pk in notification_ids]  # type: ignore[union-attr]
-        marks, status_marks = ", ".join(["%s"] * len(ids)), ", ".join(["%s"] * len(sources))
-        wanted = f"{table}.id IN ({marks}) AND {table}.status IN ({status_marks})"
-        params: list[Any] = [*ids, *sources]
-        prefix = ""
-        if backlog is not None:
-            extra_sql, extra_params = backlog_rows_sql(table=table, pending=sources, own=ids, backlog=backlog)
-            # A data-modifying statement's CTEs: each its own lock; the UPDATE takes their union.
-            if ids:
-                own = f"SELECT id FROM {table} WHERE {wanted} ORDER BY id FOR UPDATE SKIP LOCKED"
-                prefix = f"WITH own AS ({own}), backlog AS ({extra_sql}) "
-                taken = "SELECT id FROM own UNION ALL SELECT id FROM backlog"
-            else:  # the backlog alone (a worker going on with it, services/delivery/send.py)
-                prefix, taken = f"WITH backlog AS ({extra_sql}) ", "SELECT id FROM backlog"
-                params = []
-            # Still pending: the backlog's rows are locked unfiltered (models/backlog.py); one another
-            # claim sent since this statement began is rechecked here and left out. In a CASE, which
-            # no index serves: the rows are found by id, never by scanning every pending row.
-            wanted = f"{table}.id IN ({taken}) AND CASE WHEN {table}.status IN ({status_marks}) THEN TRUE ELSE FALSE END"
-            params += extra_params
-        elif len(ids) > 1 and connection.vendor == "postgresql":
-            lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
-            wanted = f"{table}.id IN (SELECT id FROM {table} WHERE {wanted} ORDER BY id {lock})"
-        # The client's fields as subqueries, not UPDATE ... FROM: SQLite cannot return the FROM
-        # table's columns, and this runs on the embedded default too.
-        sql = (
-            f"{prefix}UPDATE {table} SET status = %s, claimed_at = %s, updated_at = %s, attempt_count = attempt_count + 1 "
-            f"WHERE {wanted} "
-            f"RETURNING {columns}, "
-            f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
-            f"(SELECT c.webhook_secret FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secret, "
-            # The secret before the last rotation while it still signs (services/records/status_events.py).
-            f"(SELECT CASE WHEN c.webhook_secret_rotated_at > %s THEN c.webhook_secret_previous ELSE '' END "
-            f"FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_previous_secret, "
-            f"(SELECT c.status_webhook_url FROM {clients} c WHERE c.id = {table}.client_id) AS client_status_webhook_url, "
-            f"(SELECT c.is_test FROM {clients} c WHERE c.id = {table}.client_id) AS client_is_test, "
-            f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempt_table} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
+        wait for their locks too (``FOR UPDATE`` in id order), for a caller holding no other lock."""
+        one_statement = connection.vendor == "postgresql"
+        sql, params = claim_statement(
+            cls,
+            notification_ids,
+            pending=sorted(PENDING_STATUSES),  # each may move to sending (TRANSITIONS)
+            sending=Status.SENDING,
+            now=now,
+            webhook_secret_grace_seconds=webhook_secret_grace_seconds,
+            backlog=backlog,
+            wait=wait,
+            attempts=one_statement,
         )
-        stamp = connection.ops.adapt_datetimefield_value(now)
-        grace_start = connection.ops.adapt_datetimefield_value(now - timedelta(seconds=webhook_secret_grace_seconds))
-        if backlog is not None:
-            params = [*params, Status.SENDING, stamp, stamp, *sources, grace_start]
-        else:
-            params = [Status.SENDING, stamp, stamp, *params, grace_start]
-        if attempts:
-            sql, params = claim_with_attempts_sql(prefix=prefix, update=sql[len(prefix) :], params=params, now=now)
-        return rows_as_models(cls, sql, params)
+        with transaction.atomic() if not one_statement else contextlib.nullcontext():
+            rows = rows_with_models(cls, sql, params)
+            claims = [claim_of_row(notification, columns, now=now, inserted=one_statement) for notification, columns in rows]
+            if claims and not one_statement:
+                DeliveryAttempt.objects.bulk_create([claim.attempt for claim in claims])
+        return claims
 
     @classmethod
     def claims_release(cls, notification_ids: list[Any], *, claimed_at: datetime) -> int:

@@ -6,7 +6,7 @@ worked out its columns and converters again on every call, a tenth of a worker's
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from django.db import connection, connections, models
@@ -14,28 +14,27 @@ from django.db import connection, connections, models
 M = TypeVar("M", bound=models.Model)
 
 
-def model_instances(model: type[M], rows: Iterable[Sequence[Any]], *, extra: Sequence[str] = ()) -> list[M]:
-    """One ``model`` instance a row, whose first values are its concrete fields' in their order;
-    the values after them are set on it as the attributes ``extra`` names."""
-    compiler, converters = _converters(model, connections[connection.alias])
-    width = len(model._meta.concrete_fields)
-    made = []
-    for values in compiler.apply_converters(rows, converters) if converters else rows:
-        instance = model.from_db(connection.alias, None, list(values[:width]))  # type: ignore[arg-type]
-        for name, value in zip(extra, values[width:], strict=True):
-            setattr(instance, name, value)
-        made.append(instance)
-    return made
+def model_instances(model: type[M], rows: Iterable[Sequence[Any]]) -> list[M]:
+    """One ``model`` instance a row, whose values are its concrete fields' in their order."""
+    return [instance for instance, _ in _instances_and_rest(model, rows)]
 
 
-def rows_as_models(model: type[M], sql: str, params: list[Any]) -> list[M]:
+def rows_with_models(model: type[M], sql: str, params: list[Any]) -> list[tuple[M, dict[str, Any]]]:
     """Run ``sql``, whose columns are ``model``'s concrete fields in their order and then any
-    others, and return one instance a row, the other columns set on it as attributes."""
+    others; for each row, its ``model`` instance and the other columns by name (never set on the
+    instance: a caller reads them into a type of its own, models/claims.py)."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        extra = [column[0] for column in cursor.description[len(model._meta.concrete_fields) :]]
+        names = [column[0] for column in cursor.description[len(model._meta.concrete_fields) :]]
         rows = cursor.fetchall()
-    return model_instances(model, rows, extra=extra)
+    return [(instance, dict(zip(names, rest, strict=True))) for instance, rest in _instances_and_rest(model, rows)]
+
+
+def _instances_and_rest(model: type[M], rows: Iterable[Sequence[Any]]) -> Iterator[tuple[M, Sequence[Any]]]:
+    compiler, converters = _converters(model, connections[connection.alias])
+    width = len(model._meta.concrete_fields)
+    for values in compiler.apply_converters(rows, converters) if converters else rows:
+        yield model.from_db(connection.alias, None, list(values[:width])), values[width:]  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=256)

@@ -122,8 +122,11 @@ def _notification_recover_interrupted(*, notification_id: Any, claimed_before: d
         if notification is None or notification.claimed_at is None:
             return False
         attempt = notification.attempts.filter(outcome=AttemptOutcome.IN_PROGRESS).order_by("-number").first()
+        # Its client, read (a rare path): its test mode labels the metrics, its status webhook URL
+        # says whether a dead notification's event is written.
+        client = notification.client
         if attempt is not None:
-            attempt_finish(attempt, AttemptOutcome.INTERRUPTED, error=error)
+            attempt_finish(attempt, AttemptOutcome.INTERRUPTED, client=client, error=error)
         account = attempt.account if attempt is not None else ""
-        schedule_retry_or_dead_letter(notification, error, claimed_at=notification.claimed_at, account=account)
+        schedule_retry_or_dead_letter(notification, error, claimed_at=notification.claimed_at, client=client, account=account)
     return True

@@ -8,10 +8,10 @@ import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import close_old_connections
 
 from notifications import services
 from notifications.conf import get_config
+from notifications.connections import database_connections_refresh
 
 logger = logging.getLogger("notifications.sweeper")
 
@@ -20,7 +20,7 @@ def sweep_forever(stop: threading.Event, interval: float) -> None:
     """Sweep every ``interval`` seconds until ``stop`` is set; errors are logged, never fatal."""
     while not stop.is_set():
         try:
-            close_old_connections()
+            database_connections_refresh()
             report = services.notification_sweep()
             if report.total:
                 logger.info(

@@ -32,7 +32,7 @@ from ...channels.providers import provider_account
 from ...conf import get_config
 from ...connections import redis_client
 from ...degraded import RedisOutage
-from ...models import BacklogClaim, DeliveryAttempt, Notification
+from ...models import BacklogClaim, Claim, Notification
 from ...ratelimit import reserve_send_slot
 from ...selectors import notifications_pending_delivery
 from .outcomes import DeliveryOutcome
@@ -188,18 +188,21 @@ def backlog_claim_for(*, channel: str, priority: str | None, own: int, size: int
     )
 
 
-def backlog_order(notifications: list[Notification], *, priorities: tuple[str, ...]) -> list[Notification]:
+def backlog_order(claims: list[Claim], *, priorities: tuple[str, ...]) -> list[Claim]:
     """A backlog claim's rows in the order they are sent: by priority, then in turns by client,
     oldest due first (as the claim ranked them)."""
     rank = {priority: index for index, priority in enumerate(priorities)}
     turns: Counter[tuple[int, Any]] = Counter()
     keyed = []
-    for notification in sorted(notifications, key=lambda n: (n.next_attempt_at or n.created_at, str(n.pk))):
+    for claim in sorted(
+        claims, key=lambda c: (c.notification.next_attempt_at or c.notification.created_at, str(c.notification.pk))
+    ):
+        notification = claim.notification
         priority = rank.get(notification.priority, len(rank))
         turns[(priority, notification.client_id)] += 1
-        keyed.append(((priority, turns[(priority, notification.client_id)]), notification))
+        keyed.append(((priority, turns[(priority, notification.client_id)]), claim))
     keyed.sort(key=lambda pair: pair[0])  # stable: oldest due first within a turn
-    return [notification for _, notification in keyed]
+    return [claim for _, claim in keyed]
 
 
 @dataclass
@@ -215,7 +218,7 @@ class Admitted:
 def backlog_admit(
     *,
     channel: str,
-    claimed: list[tuple[Notification, DeliveryAttempt]],
+    claimed: list[Claim],
     claimed_at: datetime,
     outcomes: dict[str, DeliveryOutcome],
 ) -> Admitted:
@@ -224,7 +227,7 @@ def backlog_admit(
     suppressed (their outcomes in ``outcomes``); the others' slots reserved by client, each
     client's share (ratelimit.py); those without one given back."""
     admitted = Admitted()
-    ids = [str(notification.pk) for notification, _ in claimed]
+    ids = [str(claim.notification.pk) for claim in claimed]
     pending, now = notifications_pending_delivery(ids, claimed=True), timezone.now()
     withheld = [pk for pk in ids if pk in pending and consent_withholds(pending=pending[pk], now=now)]
     if withheld:
@@ -236,9 +239,9 @@ def backlog_admit(
             else:
                 outcomes[pk] = outcome
     by_client: dict[Any, list[str]] = {}
-    for notification, _ in claimed:
-        if str(notification.pk) not in withheld:
-            by_client.setdefault(notification.client_id, []).append(str(notification.pk))
+    for claim in claimed:
+        if str(claim.notification.pk) not in withheld:
+            by_client.setdefault(claim.notification.client_id, []).append(str(claim.notification.pk))
     short: list[str] = []
     for client_id, client_ids in by_client.items():
         reservation = reserve_send_slot(

@@ -73,11 +73,6 @@ class CaptureSink:
         )
 
 
-def notification_is_test(notification: Any) -> bool:
-    """Whether a claimed notification is a test token's (the claim returns ``client_is_test``)."""
-    return bool(getattr(notification, "client_is_test", False))
-
-
 def captured_messages_clear(*, client: ApiClient) -> int:
     """Empty the test-mode client's captured messages; returns how many there were."""
     deleted, _ = CapturedMessage.objects.filter(client=client).delete()

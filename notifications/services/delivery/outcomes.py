@@ -19,7 +19,10 @@ from ...errors import (
     TransientChannelError,
 )
 from ...models import (
+    ApiClient,
     AttemptOutcome,
+    Claim,
+    ClientSnapshot,
     DeadLetterReason,
     DeliveryAttempt,
     Notification,
@@ -53,6 +56,7 @@ def attempt_finish(
     attempt: DeliveryAttempt,
     outcome: str,
     *,
+    client: ApiClient | ClientSnapshot,
     error: BaseException | None = None,
     started: float | None = None,
     response: str = "",
@@ -67,7 +71,7 @@ def attempt_finish(
         outcome=outcome,
         seconds=seconds,
         account=attempt.account,
-        mode=metrics.mode_of(attempt.notification),
+        mode=metrics.mode_of(client),
     )
     if error is not None:
         attempt.error_class = f"{type(error).__module__}.{type(error).__qualname__}"
@@ -78,11 +82,10 @@ def attempt_finish(
     )
 
 
-def record_permanent_failure(
-    notification: Notification, attempt: DeliveryAttempt, exc: PermanentChannelError, started: float
-) -> DeliveryOutcome:
+def record_permanent_failure(claim: Claim, exc: PermanentChannelError, started: float) -> DeliveryOutcome:
+    notification, attempt = claim.notification, claim.attempt
     with transaction.atomic():
-        attempt_finish(attempt, AttemptOutcome.PERMANENT_ERROR, error=exc, started=started)
+        attempt_finish(attempt, AttemptOutcome.PERMANENT_ERROR, client=claim.client, error=exc, started=started)
         suppression_from_permanent_error(notification=notification, error=exc)  # an SMS STOP, a dead push token
         # A fallback notification moves on to its next channel; only its last one fails it.
         step = route_advance(notification, claimed_at=attempt.started_at, reason="permanent_error", error=str(exc))
@@ -98,7 +101,7 @@ def record_permanent_failure(
             **route_fields(step),
         ):
             dead_letter_create(notification, DeadLetterReason.PERMANENT_FAILURE, str(exc))
-            status_event_record(notifications=[notification], event_type=StatusEventType.FAILED)
+            status_event_record(notifications=[notification], event_type=StatusEventType.FAILED, webhook_urls=_urls([claim]))
             outcome_counts_add([outcome_key(notification, Status.FAILED, account=attempt.account, reason=reason)])
     # The code, not the provider's words: those can quote the recipient or echo the message, and
     # they are kept on the DeliveryAttempt for support staff.
@@ -112,15 +115,16 @@ def record_permanent_failure(
     return DeliveryOutcome("failed", attempt.number)
 
 
-def record_transient_failure(
-    notification: Notification, attempt: DeliveryAttempt, exc: Exception, started: float
-) -> DeliveryOutcome:
+def record_transient_failure(claim: Claim, exc: Exception, started: float) -> DeliveryOutcome:
+    notification, attempt = claim.notification, claim.attempt
     with transaction.atomic():
-        attempt_finish(attempt, AttemptOutcome.TRANSIENT_ERROR, error=exc, started=started)
+        attempt_finish(attempt, AttemptOutcome.TRANSIENT_ERROR, client=claim.client, error=exc, started=started)
         # A provider's 429 is a failed attempt like any other (a destination that always answers
         # 429 must end dead, not loop); its Retry-After is the least we wait. Only our own shared
         # rate limiter's waits are free (they never reach the provider).
-        outcome = schedule_retry_or_dead_letter(notification, exc, claimed_at=attempt.started_at, account=attempt.account)
+        outcome = schedule_retry_or_dead_letter(
+            notification, exc, claimed_at=attempt.started_at, client=claim.client, account=attempt.account
+        )
     if outcome == "retrying" and isinstance(exc, TransientChannelError) and exc.code == "throttled":
         metrics.record_rate_limited(channel=notification.channel)
     return DeliveryOutcome(outcome, attempt.number)
@@ -134,11 +138,16 @@ def retry_delay_seconds(*, channel: str, attempt_number: int, retry_after: float
 
 
 def schedule_retry_or_dead_letter(
-    notification: Notification, exc: BaseException, *, claimed_at: datetime, account: str = ""
+    notification: Notification,
+    exc: BaseException,
+    *,
+    claimed_at: datetime,
+    client: ApiClient | ClientSnapshot,
+    account: str = "",
 ) -> str:
     """After a failed try of the claim made at ``claimed_at`` (through provider ``account``): retry
     later, or dead-letter when the budget is spent; "skipped" when that claim is no longer current
-    (see claim_finish)."""
+    (see claim_finish). ``client``: the notification's, as read (its test mode, its status webhook)."""
     policy = get_config().retry_policy(notification.channel)
     attempts = channel_attempt_count(notification)  # a route's channel has its own budget
     if attempts >= policy.max_attempts:
@@ -157,9 +166,13 @@ def schedule_retry_or_dead_letter(
         ):
             return "skipped"
         dead_letter_create(notification, DeadLetterReason.RETRIES_EXHAUSTED, str(exc))
-        status_event_record(notifications=[notification], event_type=StatusEventType.DEAD)
+        status_event_record(
+            notifications=[notification],
+            event_type=StatusEventType.DEAD,
+            webhook_urls={notification.client_id: client.status_webhook_url},
+        )
         outcome_counts_add([outcome_key(notification, Status.DEAD, account=account, reason=reason)])
-        metrics.record_dead(channel=notification.channel, mode=metrics.mode_of(notification))
+        metrics.record_dead(channel=notification.channel, mode=metrics.mode_of(client))
         logger.warning(
             "notification %s is dead after %d attempts",
             notification.pk,
@@ -182,23 +195,25 @@ def schedule_retry_or_dead_letter(
         last_error=str(exc)[:4000],
     ):
         return "skipped"
-    metrics.record_retry(
-        channel=notification.channel, reason=getattr(exc, "code", "unexpected"), mode=metrics.mode_of(notification)
-    )
+    metrics.record_retry(channel=notification.channel, reason=getattr(exc, "code", "unexpected"), mode=metrics.mode_of(client))
     if publish:
         notification.enqueued_at = now
         transaction.on_commit(lambda: notification_publish(notification=notification, delay_seconds=delay))
     return "retrying"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sent:
     """A send the provider took, not yet recorded."""
 
-    notification: Notification
-    attempt: DeliveryAttempt
+    claim: Claim
     result: SendResult
     seconds: float
+
+
+def _urls(claims: list[Claim]) -> dict[Any, str]:
+    """The status webhook URL of each claim's client, by client id, as the claim read it."""
+    return {claim.notification.client_id: claim.client.status_webhook_url for claim in claims}
 
 
 def deliveries_record(sent: list[Sent]) -> dict[str, DeliveryOutcome]:
@@ -208,27 +223,29 @@ def deliveries_record(sent: list[Sent]) -> dict[str, DeliveryOutcome]:
         return {}
     now = timezone.now()
     for item in sent:
-        attempt = item.attempt
+        attempt = item.claim.attempt
         attempt.outcome = AttemptOutcome.DELIVERED
         attempt.finished_at = now
         attempt.duration_ms = int(item.seconds * 1000)
         attempt.provider_response = item.result.response_summary[:2000]
     claims: dict[datetime, dict[Any, str]] = {}
     for item in sent:
-        claims.setdefault(item.attempt.started_at, {})[item.notification.pk] = item.result.provider_message_id
+        claims.setdefault(item.claim.attempt.started_at, {})[item.claim.notification.pk] = item.result.provider_message_id
     # The dashboard's counter each adds one to, in the statement that marks it delivered.
     counted = {
-        item.notification.pk: outcome_key(item.notification, Status.DELIVERED, account=item.attempt.account, delivered_at=now)
+        item.claim.notification.pk: outcome_key(
+            item.claim.notification, Status.DELIVERED, account=item.claim.attempt.account, delivered_at=now
+        )
         for item in sent
     }
     with transaction.atomic():
         update_rows(
             DeliveryAttempt,
             {
-                item.attempt.pk: {
-                    "duration_ms": item.attempt.duration_ms,
-                    "provider_response": item.attempt.provider_response,
-                    "account": item.attempt.account,
+                item.claim.attempt.pk: {
+                    "duration_ms": item.claim.attempt.duration_ms,
+                    "provider_response": item.claim.attempt.provider_response,
+                    "account": item.claim.attempt.account,
                 }
                 for item in sent
             },
@@ -239,32 +256,37 @@ def deliveries_record(sent: list[Sent]) -> dict[str, DeliveryOutcome]:
             finished |= Notification.deliveries_finish(
                 ids, claimed_at=at, delivered_at=now, counted={pk: counted[pk] for pk in ids}
             )
-        routes_delivered([item.notification for item in sent], delivered_at=now)  # no statement unless one has a route
-        lost = {str(item.notification.pk) for item in sent} - {str(pk) for pk in finished}
+        routes_delivered([item.claim.notification for item in sent], delivered_at=now)  # no statement unless one has a route
+        lost = {str(item.claim.notification.pk) for item in sent} - {str(pk) for pk in finished}
         # No statement unless a client has a status webhook (the claim returned its URL).
-        delivered = [item.notification for item in sent if str(item.notification.pk) not in lost]
-        status_event_record(notifications=delivered, event_type=StatusEventType.DELIVERED, occurred_at=now)
+        delivered = [item.claim for item in sent if str(item.claim.notification.pk) not in lost]
+        status_event_record(
+            notifications=[claim.notification for claim in delivered],
+            event_type=StatusEventType.DELIVERED,
+            occurred_at=now,
+            webhook_urls=_urls(delivered),
+        )
     outcomes: dict[str, DeliveryOutcome] = {}
     for item in sent:
-        pk = str(item.notification.pk)
-        with tracing.context_attached(tracing.delivery_context(item.notification)):  # its line in its own trace
+        pk = str(item.claim.notification.pk)
+        with tracing.context_attached(tracing.delivery_context(item.claim.notification)):  # its line in its own trace
             outcomes[pk] = _delivery_recorded(item, lost=pk in lost)
         if item.result.provider_status and pk not in lost:
             # A status the provider reported with its answer (the capture sink's reserved
             # addresses), recorded after the delivery as its callback would be.
-            provider_status_reported_record(notification=item.notification, status=item.result.provider_status)
+            provider_status_reported_record(notification=item.claim.notification, status=item.result.provider_status)
     return outcomes
 
 
 def _delivery_recorded(item: Sent, *, lost: bool) -> DeliveryOutcome:
     """The metrics and log line of one delivery recorded by _deliveries_record, and its outcome."""
-    notification, pk = item.notification, str(item.notification.pk)
-    mode = metrics.mode_of(notification)
+    notification, pk = item.claim.notification, str(item.claim.notification.pk)
+    mode = metrics.mode_of(item.claim.client)
     metrics.record_attempt(
         channel=notification.channel,
         outcome=AttemptOutcome.DELIVERED,
         seconds=item.seconds,
-        account=item.attempt.account,
+        account=item.claim.attempt.account,
         mode=mode,
     )
     if lost:
@@ -275,7 +297,7 @@ def _delivery_recorded(item: Sent, *, lost: bool) -> DeliveryOutcome:
             pk,
             extra={"notification_id": pk},
         )
-        return DeliveryOutcome("skipped", item.attempt.number)
+        return DeliveryOutcome("skipped", item.claim.attempt.number)
     metrics.record_delivered(channel=notification.channel, accepted_at=notification.created_at, mode=mode)
     logger.info("delivered notification %s on %s", pk, notification.channel, extra={"notification_id": pk})
-    return DeliveryOutcome("delivered", item.attempt.number)
+    return DeliveryOutcome("delivered", item.claim.attempt.number)

@@ -11,16 +11,17 @@ from ... import tracing
 from ...channels import OutgoingMessage
 from ...channels.base import Provider
 from ...errors import PermanentChannelError, TransientChannelError
-from ...models import DeliveryAttempt, Notification
-from .capture import CaptureSink, notification_is_test
+from ...models import Claim
+from .capture import CaptureSink
 from .failover import account_refused, provider_error_is_account_level, provider_for_send, provider_send_record
 from .outcomes import DeliveryOutcome, Sent, record_permanent_failure, record_transient_failure
 
 logger = logging.getLogger("notifications.services")
 
 
-def notification_send(notification: Notification, attempt: DeliveryAttempt) -> Sent | DeliveryOutcome:
+def notification_send(claim: Claim) -> Sent | DeliveryOutcome:
     """Call the provider; a failure is recorded here and now, a success is returned to record."""
+    notification, attempt = claim.notification, claim.attempt
     message = OutgoingMessage(
         notification_id=str(notification.pk),
         channel=notification.channel,
@@ -29,16 +30,16 @@ def notification_send(notification: Notification, attempt: DeliveryAttempt) -> S
         body=notification.message,
         metadata=notification.metadata,
         idempotency_key=str(notification.pk),
-        client_name=notification.client_name,
-        webhook_secret=notification.client_webhook_secret,
-        webhook_previous_secret=notification.client_webhook_previous_secret or "",
+        client_name=claim.client.name,
+        webhook_secret=claim.client.webhook_secret,
+        webhook_previous_secret=claim.client.webhook_previous_secret,
         html_body=notification.html_message,
         headers=notification.headers,
     )
     # Provider failover: the first account of the channel whose circuit is not open (services/delivery/failover.py);
     # in test mode the capture sink, which has no account and no circuit (services/delivery/capture.py).
     provider: Provider
-    if notification_is_test(notification):
+    if claim.is_test:
         attempt.account, provider = "", CaptureSink(client_id=notification.client_id)
     else:
         attempt.account, provider = provider_for_send(notification.channel)
@@ -53,27 +54,27 @@ def notification_send(notification: Notification, attempt: DeliveryAttempt) -> S
                 # counts it, so the next sends go to an account that can send.
                 tracing.record_outcome(span, "permanent_error")
                 provider_send_record(notification.channel, attempt.account, ok=False)
-                return record_permanent_failure(notification, attempt, exc, started)
+                return record_permanent_failure(claim, exc, started)
             if provider_error_is_account_level(exc):
                 # A revoked token or a refused login is the account's fault, not the recipient's:
                 # a failure for the circuit (the next sends go to a backup) and a retry, recorded
                 # as the transient error it is for this message (outcome and class agree).
                 tracing.record_outcome(span, "transient_error")
                 provider_send_record(notification.channel, attempt.account, ok=False)
-                return record_transient_failure(notification, attempt, account_refused(exc), started)
+                return record_transient_failure(claim, account_refused(exc), started)
             tracing.record_outcome(span, "permanent_error")
             provider_send_record(notification.channel, attempt.account, ok=True)  # it answered: the account works
-            return record_permanent_failure(notification, attempt, exc, started)
+            return record_permanent_failure(claim, exc, started)
         except TransientChannelError as exc:
             tracing.record_outcome(span, "transient_error")
             provider_send_record(notification.channel, attempt.account, ok=False)
-            return record_transient_failure(notification, attempt, exc, started)
+            return record_transient_failure(claim, exc, started)
         except Exception as exc:
             # A provider bug is not the recipient's fault: retry it like a transient error.
             logger.exception("provider for %s raised unexpectedly", notification.channel)
             tracing.record_outcome(span, "transient_error")
             provider_send_record(notification.channel, attempt.account, ok=False)
-            return record_transient_failure(notification, attempt, exc, started)
+            return record_transient_failure(claim, exc, started)
         tracing.record_outcome(span, "delivered")
     provider_send_record(notification.channel, attempt.account, ok=True)
-    return Sent(notification, attempt, result, time.monotonic() - started)
+    return Sent(claim, result, time.monotonic() - started)

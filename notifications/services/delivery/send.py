@@ -15,7 +15,6 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import connection, transaction
 from django.utils import timezone
 
 from ... import metrics
@@ -23,7 +22,7 @@ from ...channels import channel_spec
 from ...channels.providers import provider_account
 from ...concurrency import TURN_WAIT_SECONDS, WebhookTurn, webhook_turn_take
 from ...conf import get_config
-from ...models import BacklogClaim, DeliveryAttempt, Notification
+from ...models import BacklogClaim, Claim, Notification
 from ...ratelimit import Reservation, reserve_send_slot
 from ...selectors import notifications_pending_delivery
 from .backlog import (
@@ -234,18 +233,19 @@ def _chunk_deliver(
     # Each send's slot: when its reservation was made and how long after it the slot is.
     slots = {pk: (reserved_at, reservation.slot_wait(index)) for index, pk in enumerate(slotted)}
     admitted = Admitted()
-    extras = [pair for pair in claimed if str(pair[0].pk) not in slots]
+    extras = [claim for claim in claimed if str(claim.notification.pk) not in slots]
     backlog_full = backlog is not None and not left and len(extras) >= backlog.limit
     if extras:
-        admitted = backlog_admit(channel=channel, claimed=extras, claimed_at=extras[0][1].started_at, outcomes=outcomes)
+        claimed_at = extras[0].attempt.started_at
+        admitted = backlog_admit(channel=channel, claimed=extras, claimed_at=claimed_at, outcomes=outcomes)
         # Noted for their messages only once admitted (sent by this thread): a row given back has
         # its message deliver it, whatever then becomes of this one.
-        backlog_claims_note([n for n, _ in extras if str(n.pk) in admitted.slots], claimed_at=extras[0][1].started_at)
+        backlog_claims_note([c.notification for c in extras if str(c.notification.pk) in admitted.slots], claimed_at=claimed_at)
         slots.update(admitted.slots)
-        claimed = [pair for pair in claimed if str(pair[0].pk) in slots]
+        claimed = [claim for claim in claimed if str(claim.notification.pk) in slots]
         # The claim's slots, earliest first, go to its rows in the claim's order (priority, turns, due).
-        earliest = sorted((slots[str(n.pk)] for n, _ in claimed), key=sum)
-        slots = {str(n.pk): slot for (n, _), slot in zip(claimed, earliest, strict=True)}
+        earliest = sorted((slots[str(c.notification.pk)] for c in claimed), key=sum)
+        slots = {str(c.notification.pk): slot for c, slot in zip(claimed, earliest, strict=True)}
     # No send starts on a claim the sweeper could take back (SENDING_TIMEOUT_SECONDS) before the
     # send's deadline has passed: it would be sent twice.
     config = get_config()
@@ -259,7 +259,8 @@ def _chunk_deliver(
     queue = backlog.priorities[-1] if backlog is not None and extras and shared else None
     with backlog_sending(channel, queue) if queue else contextlib.nullcontext():
         try:
-            for notification, attempt in claimed:
+            for claim in claimed:
+                notification = claim.notification
                 if time.monotonic() > last_start:
                     break  # a slow provider: what is left goes back rather than past the time limit
                 slot_reserved_at, slot_wait = slots[str(notification.pk)]
@@ -273,7 +274,7 @@ def _chunk_deliver(
                     continue
                 send_started = time.monotonic()
                 try:
-                    result = notification_send(notification, attempt)
+                    result = notification_send(claim)
                 finally:
                     sends, send_seconds = sends + 1, send_seconds + time.monotonic() - send_started
                     if isinstance(turn, WebhookTurn):
@@ -287,9 +288,9 @@ def _chunk_deliver(
             # provider took are recorded and the claims never tried are given back, not left in
             # ``sending`` for the sweeper to count as interrupted attempts.
             outcomes.update(deliveries_record(sent))
-            untried = [notification for notification, _ in claimed[tried:]]
+            untried = [claim.notification for claim in claimed[tried:]]
             if untried or turn_waiting:
-                Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0][1].started_at)
+                Notification.claims_release([n.pk for n in untried + turn_waiting], claimed_at=claimed[0].attempt.started_at)
                 # Their messages deliver them, should this thread not come back with them (an error).
                 backlog_claims_forget([str(n.pk) for n in untried + turn_waiting])
     left = [str(n.pk) for n in untried] + left
@@ -336,7 +337,7 @@ def _come_back_after(reservation: Reservation, left: list[str]) -> float:
     return max(0.001, reservation.slot_wait(reservation.slots) - 1.0) if left else 0.0
 
 
-def _notifications_claim(ids: list[str], *, backlog: BacklogClaim | None = None) -> list[tuple[Notification, DeliveryAttempt]]:
+def _notifications_claim(ids: list[str], *, backlog: BacklogClaim | None = None) -> list[Claim]:
     """Atomically take the notifications for this worker (and the ``backlog`` rows beside them);
     those another worker got are left out.
 
@@ -349,52 +350,19 @@ def _notifications_claim(ids: list[str], *, backlog: BacklogClaim | None = None)
     now = timezone.now()
     claimed = _claim(ids, now=now, backlog=backlog)
     if backlog is not None or len(ids) > 1:
-        taken = {str(notification.pk) for notification, _ in claimed}
+        taken = {str(claim.notification.pk) for claim in claimed}
         stepped_over = [pk for pk in ids if pk not in taken]
         if stepped_over:
             claimed += _claim(stepped_over, now=now, wait=True)
     return claimed
 
 
-def _claim(
-    ids: list[str], *, now: datetime, backlog: BacklogClaim | None = None, wait: bool = False
-) -> list[tuple[Notification, DeliveryAttempt]]:
-    # On PostgreSQL the attempts are inserted by the claim's own statement, which commits as it
-    # returns (models/claims.py); elsewhere by a second statement in the claim's transaction.
-    one_statement = connection.vendor == "postgresql"
-    with transaction.atomic() if not one_statement else contextlib.nullcontext():
-        notifications = Notification.claim_for_delivery(
-            ids,
-            now=now,
-            webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds,
-            backlog=backlog,
-            wait=wait,
-            attempts=one_statement,
-        )
-        if not notifications:
-            return []
-        # Sent in the order they were enqueued in, or the backlog's (RETURNING has none of its own).
-        if backlog is not None:
-            notifications = backlog_order(notifications, priorities=backlog.priorities)
-        else:
-            position = {pk: index for index, pk in enumerate(ids)}
-            notifications.sort(key=lambda n: position[str(n.pk)])
-        if one_statement:
-            attempts = [_claimed_attempt(n, now=now) for n in notifications]
-        else:
-            attempts = DeliveryAttempt.objects.bulk_create(_claimed_attempt(n, now=now) for n in notifications)
-    return list(zip(notifications, attempts, strict=True))
-
-
-def _claimed_attempt(notification: Notification, *, now: datetime) -> DeliveryAttempt:
-    """The attempt of a claimed row: as the claim's statement inserted it (``attempt_id``), or to insert."""
-    attempt = DeliveryAttempt(
-        id=getattr(notification, "attempt_id", None),
-        notification=notification,
-        number=notification.last_attempt_number + 1,
-        started_at=now,
-        channel=notification.channel,
+def _claim(ids: list[str], *, now: datetime, backlog: BacklogClaim | None = None, wait: bool = False) -> list[Claim]:
+    claims = Notification.claim_for_delivery(
+        ids, now=now, webhook_secret_grace_seconds=get_config().webhook_secret_grace_seconds, backlog=backlog, wait=wait
     )
-    if attempt.id is not None:
-        attempt._state.adding, attempt._state.db = False, connection.alias
-    return attempt
+    # Sent in the order they were enqueued in, or the backlog's (RETURNING has none of its own).
+    if backlog is not None:
+        return backlog_order(claims, priorities=backlog.priorities)
+    position = {pk: index for index, pk in enumerate(ids)}
+    return sorted(claims, key=lambda claim: position[str(claim.notification.pk)])

@@ -247,7 +247,7 @@ def broadcast_fan_out_batch(*, broadcast_id: Any, lease: uuid.UUID, page: _Page 
             outcome_counts_add(
                 outcome_key(n, Status.FAILED, reason=n.failure_reason) for n in written if n.status == Status.FAILED
             )
-            transaction.on_commit(lambda: _after_batch(written, delays=delays))
+            transaction.on_commit(lambda: _after_batch(written, delays=delays, client=broadcast.client))
         kept = inserted
     except TemplateRenderFailed as error:
         # The batch rolled back; it would fail the same way every time it was made again.
@@ -271,13 +271,13 @@ def _broadcast_fail(*, broadcast_id: Any, lease: uuid.UUID, reason: str) -> bool
     return bool(failed)
 
 
-def _after_batch(written: list[Notification], *, delays: dict[Any, float]) -> None:
+def _after_batch(written: list[Notification], *, delays: dict[Any, float], client: ApiClient) -> None:
     """Count the batch's suppressed notifications; publish the enqueued ones (a refused publish
     leaves them to the sweeper)."""
     for notification in written:
         if notification.status == Status.SUPPRESSED:
             metrics.record_suppressed(
-                channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(notification)
+                channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(client)
             )
     notifications_publish(pending=[(n, delays[n.pk]) for n in written if n.enqueued_at is not None])
 

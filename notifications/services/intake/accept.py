@@ -130,7 +130,7 @@ def accept_write(*, draft: AcceptDraft, request: NotificationRequest, key: str, 
     and the notification already in its enqueued state; its publish (or its suppressed event)
     after the commit. A key already taken replays its answer and gives the cap slot back."""
     notification, cap_slot, delay_seconds, body = draft.notification, draft.cap_slot, draft.delay_seconds, draft.body
-    now = notification.created_at
+    now, client = notification.created_at, notification.client
     try:
         with transaction.atomic():
             if not idempotency_claim(client=notification.client, key=key, fingerprint=fingerprint, body=body, now=now):
@@ -147,7 +147,7 @@ def accept_write(*, draft: AcceptDraft, request: NotificationRequest, key: str, 
                 status_event_record(notifications=[notification], event_type=StatusEventType.SUPPRESSED)
                 transaction.on_commit(
                     lambda: metrics.record_suppressed(
-                        channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(notification)
+                        channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(client)
                     )
                 )
     except BaseException:

@@ -183,7 +183,7 @@ def notification_accept_shared(
         if notification.status == Status.SUPPRESSED:  # as notification_accept counts it
             transaction.on_commit(
                 lambda: metrics.record_suppressed(
-                    channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(notification)
+                    channel=notification.channel, reason=notification.suppressed_reason, mode=metrics.mode_of(client)
                 )
             )
         return AcceptResult(status_code=202, body=body, replayed=False, notification_id=str(notification.id))

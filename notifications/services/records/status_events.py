@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -107,19 +107,21 @@ def status_event_record(
     event_type: str,
     status: str | None = None,
     occurred_at: datetime | None = None,
+    webhook_urls: Mapping[Any, str] | None = None,
 ) -> list[StatusEvent]:
     """Record ``event_type`` for each notification whose client has a status_webhook_url, in the
     caller's transaction (call it in the one that makes the change), and publish the events once
     it commits. Returns the events written.
 
-    Costs no statement when the notifications' clients have no URL and the URL is known: from a
-    ``client_status_webhook_url`` attribute (the delivery claim returns it with the row) or from
-    the notification's client object already loaded (accept). Otherwise one read of the clients.
+    Costs no statement when the notifications' clients have no URL and the URL is known: from
+    ``webhook_urls`` (client id -> its status_webhook_url, as a delivery claim read it,
+    models/claims.py) or from the notification's client object already loaded (accept).
+    Otherwise one read of the clients.
     """
     wanted: list[Notification] = []
     unknown: list[Notification] = []
     for notification in notifications:
-        url = _known_status_webhook_url(notification)
+        url = _known_status_webhook_url(notification, webhook_urls or {})
         if url is None:
             unknown.append(notification)
         elif url:
@@ -154,11 +156,10 @@ def status_event_record(
     return events
 
 
-def _known_status_webhook_url(notification: Notification) -> str | None:
+def _known_status_webhook_url(notification: Notification, webhook_urls: Mapping[Any, str]) -> str | None:
     """The notification's client's status_webhook_url if known without a query; else None."""
-    url = getattr(notification, "client_status_webhook_url", None)
-    if url is not None:
-        return str(url)
+    if notification.client_id in webhook_urls:
+        return webhook_urls[notification.client_id]
     if Notification.client.is_cached(notification):
         client = notification.client
         # A client the token cache handed out may predate a change another process just made:
