@@ -36,7 +36,7 @@ def main() -> None:
     extra = {
         "client_name": "acme",
         "client_webhook_secret": "whsec_1",
-        "client_webhook_previous_secret": "",
+        "client_webhook_secrets_retired": "[]",
         "client_status_webhook_url": "",
         "client_is_test": 0,
         "last_attempt_number": 0,
@@ -50,7 +50,13 @@ def main() -> None:
             width = len(Notification._meta.concrete_fields)
             names = list(extra)
             return [
-                claims.claim_of_row(notification, dict(zip(names, row[width:], strict=True)), now=now, inserted=True)
+                claims.claim_of_row(
+                    notification,
+                    dict(zip(names, row[width:], strict=True)),
+                    now=now,
+                    inserted=True,
+                    webhook_secret_grace_seconds=0,
+                )
                 for notification, row in zip(rows.model_instances(Notification, returned), returned, strict=True)
             ]
     else:  # 8ae3b80: attributes set on each Notification, an attempt made from them

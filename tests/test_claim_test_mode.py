@@ -136,7 +136,7 @@ def test_a_claim_whose_statement_drifts_from_its_test_mode_column_fails_loudly_a
 ROW = {
     "client_name": "acme",
     "client_webhook_secret": "whsec_1",
-    "client_webhook_previous_secret": "",
+    "client_webhook_secrets_retired": "[]",
     "client_status_webhook_url": "",
     "client_is_test": True,
     "last_attempt_number": 0,
@@ -156,13 +156,15 @@ ROW = {
 )
 def test_a_claim_row_lacking_a_client_column_or_of_the_wrong_kind_raises(columns: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
-        claim_of_row(Notification(channel="email"), columns, now=timezone.now(), inserted=True)
+        claim_of_row(Notification(channel="email"), columns, now=timezone.now(), inserted=True, webhook_secret_grace_seconds=0)
 
 
 def test_a_claim_row_says_its_clients_test_mode_and_carries_its_inserted_attempt() -> None:
     notification = Notification(channel="email")
-    claim = claim_of_row(notification, {**ROW, "client_is_test": 1}, now=(now := timezone.now()), inserted=True)
+    claim = claim_of_row(
+        notification, {**ROW, "client_is_test": 1}, now=(now := timezone.now()), inserted=True, webhook_secret_grace_seconds=0
+    )
     assert (claim.is_test, claim.client.name, claim.notification) == (True, "acme", notification)
     assert (claim.attempt.pk, claim.attempt.number, claim.attempt.started_at, claim.attempt.channel) == (7, 1, now, "email")
-    live = claim_of_row(notification, {**ROW, "client_is_test": False}, now=now, inserted=False)
+    live = claim_of_row(notification, {**ROW, "client_is_test": False}, now=now, inserted=False, webhook_secret_grace_seconds=0)
     assert (live.is_test, live.attempt.pk) == (False, None)  # not inserted: its caller inserts it

@@ -299,7 +299,8 @@ def test_during_a_rotation_both_secrets_sign_until_the_grace_period_ends(receive
         return status_posts(receiver)[-1]
 
     during = post_event()
-    assert len(during.headers["webhook-signature"].split(" ")) == 2
+    # The new secret, the old one and the factory's first, which subscribed_client rotated out.
+    assert len(during.headers["webhook-signature"].split(" ")) == 3
     assert verifies(new, during) and verifies(old, during)
     with override_notifications(WEBHOOK_SECRET_GRACE_SECONDS=0):
         after = post_event()
@@ -314,7 +315,8 @@ def test_a_webhook_notification_during_a_rotation_is_signed_with_both_secrets_to
     assert services.notification_deliver(notification_id=notification.pk).outcome == "delivered"
     [post] = receiver.requests
     assert post.headers["webhook-id"] == str(notification.pk)
-    assert len(post.headers["webhook-signature"].split(" ")) == 2 and verifies(new, post) and verifies(old, post)
+    # The new secret, the old one and the factory's first, which subscribed_client rotated out.
+    assert len(post.headers["webhook-signature"].split(" ")) == 3 and verifies(new, post) and verifies(old, post)
 
 
 def test_the_deprecated_x_signature_headers_are_sent_until_the_setting_turns_them_off(
@@ -591,3 +593,51 @@ def test_the_admin_lists_status_events_filtered_by_state_and_type(receiver: Fake
     assert str(event.pk) not in admin.get("/admin/notifications/statusevent/?state=dead").content.decode()
     page = admin.get(f"/admin/notifications/statusevent/{event.pk}/change/")
     assert page.status_code == 200 and "notification.complained" in page.content.decode()
+
+
+def test_every_secret_rotated_out_within_its_grace_period_still_signs_until_its_own_grace_ends(
+    receiver: FakeProviderServer, db: None
+) -> None:
+    client, first = subscribed_client(receiver)
+    api = api_for_client(client)
+    second = api.post("/api/v1/client/webhook-secret").json()["webhook_secret"]
+    third = api.post("/api/v1/client/webhook-secret").json()["webhook_secret"]
+    notification = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+    assert services.notification_deliver(notification_id=notification.pk).outcome == "delivered"
+    [status_event] = services.status_event_record(
+        notifications=[Notification.objects.get(pk=notification.pk)], event_type="notification.bounced", status="delivered"
+    )
+    assert services.status_event_deliver(event_id=status_event.pk) == "delivered"
+    post, event = receiver.requests[-2:]
+    for signed in (post, event):  # the webhook channel's post (signed from its claim) and a status event
+        assert verifies(third, signed) and verifies(second, signed) and verifies(first, signed)
+
+    # The first secret's grace ends before the second's: it alone stops signing.
+    client.refresh_from_db()
+    [(newest, at), (oldest, _), *rest] = client.webhook_secrets_retired
+    assert (newest, oldest) == (second, first)
+    grace = 3600
+    aged = [[newest, at], [oldest, time.time() - grace - 1], *rest]
+    ApiClient.objects.filter(pk=client.pk).update(webhook_secrets_retired=aged)
+    with override_notifications(WEBHOOK_SECRET_GRACE_SECONDS=grace):
+        again = accept_notification(client, channel="webhook", to=receiver.url(HOOK_PATH))
+        assert services.notification_deliver(notification_id=again.pk).outcome == "delivered"
+    latest = receiver.requests[-1]
+    assert verifies(third, latest) and verifies(second, latest) and not verifies(first, latest)
+
+
+def test_rotating_more_often_than_the_grace_period_allows_is_429_and_keeps_the_secret(
+    api: APIClient, client_and_token: Any
+) -> None:
+    client, _ = client_and_token
+    from notifications.models.clients import MAX_RETIRED_WEBHOOK_SECRETS
+
+    made = [api.post("/api/v1/client/webhook-secret") for _ in range(MAX_RETIRED_WEBHOOK_SECRETS)]
+    assert [answer.status_code for answer in made] == [201] * MAX_RETIRED_WEBHOOK_SECRETS
+    refused = api.post("/api/v1/client/webhook-secret")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "limit_exceeded"
+    assert 1 <= int(refused["Retry-After"]) <= 86400
+    client.refresh_from_db()
+    assert client.webhook_secret == made[-1].json()["webhook_secret"]
+    assert len(client.webhook_secrets_retired) == MAX_RETIRED_WEBHOOK_SECRETS

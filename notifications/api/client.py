@@ -100,10 +100,14 @@ class ClientView(APIView):
 class ClientWebhookSecretView(APIView):
     @api_operation(
         "client_webhook_secret_rotate",
-        {201: OpenApiResponse(WebhookSecretSerializer, description="The new secret; the previous one signs nothing more.")},
+        {
+            201: OpenApiResponse(WebhookSecretSerializer, description="The new secret, shown this once."),
+            429: "5 replaced secrets still sign (their grace periods); try again after Retry-After.",
+        },
         summary="Make a new webhook secret",
         description="Makes the secret that signs this client's webhook notifications and status events, and shows "
-        "it this once; the previous one signs nothing more. No body.",
+        "it this once. Each secret it replaces signs too, as another signature, for WEBHOOK_SECRET_GRACE_SECONDS "
+        "after its replacement, so a receiver can switch without a gap. No body.",
     )
     def post(self, request: Request) -> Response:
         secret = services.api_client_rotate_webhook_secret(client=_client(request))

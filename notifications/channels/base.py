@@ -24,8 +24,8 @@ class OutgoingMessage:
     idempotency_key: str = ""
     client_name: str = ""
     webhook_secret: str = ""
-    # The client's secret before its last rotation, while it still signs (its grace period).
-    webhook_previous_secret: str = ""
+    # The client's secrets before its rotations that still sign (their grace period), newest first.
+    webhook_previous_secrets: tuple[str, ...] = ()
     # Email only: the HTML part (sent as multipart/alternative with ``body``) and extra headers
     # (List-Unsubscribe); other providers ignore them.
     html_body: str = ""

@@ -19,14 +19,14 @@ import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
 from .attempts import DeliveryAttempt
 from .backlog import BacklogClaim, backlog_rows_sql
-from .clients import ApiClient
+from .clients import ApiClient, webhook_secrets_in_grace
 
 if TYPE_CHECKING:
     from .notifications import Notification
@@ -40,12 +40,12 @@ class ClientSnapshot:
 
     name: str
     webhook_secret: str
-    webhook_previous_secret: str  # "" unless within its grace period
+    webhook_previous_secrets: tuple[str, ...]  # those replaced and still within their grace period
     status_webhook_url: str  # "" when it has none: no status event is written (services/records/status_events.py)
     is_test: bool  # test mode: sent to the capture sink, never a provider (services/delivery/capture.py)
 
     def __post_init__(self) -> None:
-        texts = (self.name, self.webhook_secret, self.webhook_previous_secret, self.status_webhook_url)
+        texts = (self.name, self.webhook_secret, *self.webhook_previous_secrets, self.status_webhook_url)
         if type(self.is_test) is not bool or not all(isinstance(text, str) for text in texts):
             raise TypeError(f"a claim returned a client of the wrong kinds: {self!r}")
 
@@ -65,14 +65,17 @@ class Claim:
         return self.client.is_test
 
 
-def claim_of_row(notification: Notification, columns: Mapping[str, Any], *, now: datetime, inserted: bool) -> Claim:
+def claim_of_row(
+    notification: Notification, columns: Mapping[str, Any], *, now: datetime, inserted: bool, webhook_secret_grace_seconds: float
+) -> Claim:
     """The Claim of one row of the claim's statement: ``notification`` (its own columns) and
     ``columns``, the others by name. ``inserted``: the statement inserted the attempt (its id is
     ``attempt_id``); else the attempt is built here, for the caller to insert."""
+    retired = columns["client_webhook_secrets_retired"]
     client = ClientSnapshot(
         name=columns["client_name"],
         webhook_secret=columns["client_webhook_secret"],
-        webhook_previous_secret=columns["client_webhook_previous_secret"],
+        webhook_previous_secrets=webhook_secrets_in_grace(retired, now=now, grace_seconds=webhook_secret_grace_seconds),
         status_webhook_url=columns["client_status_webhook_url"],
         is_test=_flag(columns["client_is_test"]),
     )
@@ -117,7 +120,6 @@ def claim_statement(
     pending: list[str],
     sending: str,
     now: datetime,
-    webhook_secret_grace_seconds: float,
     backlog: BacklogClaim | None,
     wait: bool,
     attempts: bool,
@@ -161,19 +163,15 @@ def claim_statement(
         f"RETURNING {columns}, "
         f"(SELECT c.name FROM {clients} c WHERE c.id = {table}.client_id) AS client_name, "
         f"(SELECT c.webhook_secret FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secret, "
-        # The secret before the last rotation while it still signs (services/records/status_events.py).
-        f"(SELECT CASE WHEN c.webhook_secret_rotated_at > %s THEN c.webhook_secret_previous ELSE '' END "
-        f"FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_previous_secret, "
+        # The secrets rotated out that may still sign (their grace periods: claim_of_row).
+        f"(SELECT c.webhook_secrets_retired FROM {clients} c WHERE c.id = {table}.client_id) AS client_webhook_secrets_retired, "
         f"(SELECT c.status_webhook_url FROM {clients} c WHERE c.id = {table}.client_id) AS client_status_webhook_url, "
         f"(SELECT c.is_test FROM {clients} c WHERE c.id = {table}.client_id) AS client_is_test, "
         f"(SELECT COALESCE(MAX(a.number), 0) FROM {attempt_table} a WHERE a.notification_id = {table}.id) AS last_attempt_number"
     )
     stamp = connection.ops.adapt_datetimefield_value(now)
-    grace_start = connection.ops.adapt_datetimefield_value(now - timedelta(seconds=webhook_secret_grace_seconds))
-    if backlog is not None:
-        params = [*params, sending, stamp, stamp, *pending, grace_start]
-    else:
-        params = [sending, stamp, stamp, *params, grace_start]
+    # The SET's values come first, then the WHERE's: the backlog's rows, or the ids' own.
+    params = [*params, sending, stamp, stamp, *pending] if backlog is not None else [sending, stamp, stamp, *params]
     if attempts:
         sql, params = claim_with_attempts_sql(prefix=prefix, update=sql[len(prefix) :], params=params, now=now)
     return sql, params

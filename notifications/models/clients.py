@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import secrets
+from datetime import datetime
+from typing import Any
 
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -13,6 +16,21 @@ from django.utils import timezone as django_timezone
 # A Standard Webhooks signing secret: "whsec_" and the base64 of 24 to 64 random bytes (its key).
 WEBHOOK_SECRET_PREFIX = "whsec_"
 WEBHOOK_SECRET_BYTES = 32
+
+
+# Secrets retired within one grace period that still sign: each rotation adds one, so this bounds
+# the signatures on a post (and how often a client may rotate: services/records/status_events.py).
+MAX_RETIRED_WEBHOOK_SECRETS = 5
+
+
+def webhook_secrets_in_grace(retired: Any, *, now: datetime, grace_seconds: float) -> tuple[str, ...]:
+    """Of ``retired`` (ApiClient.webhook_secrets_retired, or its column as a raw row gives it: JSON
+    text), the secrets retired less than ``grace_seconds`` before ``now``, newest first: each still
+    signs, so a receiver can switch without a gap, however often the secret was rotated."""
+    if isinstance(retired, str):
+        retired = json.loads(retired)
+    moment = now.timestamp()
+    return tuple(secret for secret, retired_at in retired or () if moment - retired_at < grace_seconds)
 
 
 def hash_token(token: str) -> str:
@@ -61,9 +79,9 @@ class ApiClient(models.Model):
     webhook_secret = models.CharField(
         max_length=100, default="", blank=True, help_text="Signs webhook deliveries and status events (Standard Webhooks)."
     )
-    # The secret before the last rotation: it signs too (a second signature) until
-    # WEBHOOK_SECRET_GRACE_SECONDS after ``webhook_secret_rotated_at``.
-    webhook_secret_previous = models.CharField(max_length=100, default="", blank=True, editable=False)
+    # The secrets it replaced, newest first, each as [secret, retired at (Unix seconds)]: each signs
+    # too (another signature) until WEBHOOK_SECRET_GRACE_SECONDS after it was retired.
+    webhook_secrets_retired = models.JSONField(default=list, blank=True, editable=False)
     webhook_secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Where the client's status events go (services/records/status_events.py); empty: none are made.
     status_webhook_url = models.CharField(max_length=2000, blank=True, default="")

@@ -297,14 +297,22 @@ class Notification(models.Model):
             pending=sorted(PENDING_STATUSES),  # each may move to sending (TRANSITIONS)
             sending=Status.SENDING,
             now=now,
-            webhook_secret_grace_seconds=webhook_secret_grace_seconds,
             backlog=backlog,
             wait=wait,
             attempts=one_statement,
         )
         with transaction.atomic() if not one_statement else contextlib.nullcontext():
             rows = rows_with_models(cls, sql, params)
-            claims = [claim_of_row(notification, columns, now=now, inserted=one_statement) for notification, columns in rows]
+            claims = [
+                claim_of_row(
+                    notification,
+                    columns,
+                    now=now,
+                    inserted=one_statement,
+                    webhook_secret_grace_seconds=webhook_secret_grace_seconds,
+                )
+                for notification, columns in rows
+            ]
             if claims and not one_statement:
                 DeliveryAttempt.objects.bulk_create([claim.attempt for claim in claims])
         return claims

@@ -23,7 +23,6 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,15 +72,6 @@ def standard_webhook_key(secret: str) -> bytes:
 def standard_webhook_signature(secret: str, webhook_id: str, timestamp: str, body: str) -> str:
     digest = hmac.new(standard_webhook_key(secret), f"{webhook_id}.{timestamp}.{body}".encode(), hashlib.sha256).digest()
     return "v1," + base64.b64encode(digest).decode()
-
-
-def webhook_secrets_in_force(current: str, previous: str, rotated_at: datetime | None, *, now: datetime) -> tuple[str, ...]:
-    """The secrets a post is signed with: the current one, and the one before it until
-    WEBHOOK_SECRET_GRACE_SECONDS after the rotation, so a receiver can switch without a gap."""
-    grace = timedelta(seconds=get_config().webhook_secret_grace_seconds)
-    if previous and previous != current and rotated_at is not None and now - rotated_at < grace:
-        return (current, previous)
-    return (current,)
 
 
 def webhook_signature_headers(*, secrets: tuple[str, ...], webhook_id: str, timestamp: str, body: str) -> dict[str, str]:
@@ -269,12 +259,12 @@ def webhook_post_signed(
     body: str,
     timestamp: str,
     idempotency_key: str,
-    previous_secret: str = "",
+    previous_secrets: tuple[str, ...] = (),
     user_agent: str = USER_AGENT,
     provider: str = PROVIDER,
 ) -> tuple[int, urllib3.HTTPHeaderDict]:
     """POST ``body`` (JSON) to ``url``, vetted by the SSRF guard, signed with ``secret`` (and
-    ``previous_secret``, one still in its grace period) as Standard Webhooks sign, with
+    ``previous_secrets``, those still in their grace period) as Standard Webhooks sign, with
     ``idempotency_key`` as the ``webhook-id`` and ``Idempotency-Key``; the answer's status and
     headers on 2xx, else the channel error it means (``provider`` names the receiver in it).
     The webhook channel and the status webhooks (services/records/status_events.py) both post this way.
@@ -292,7 +282,7 @@ def webhook_post_signed(
             "User-Agent": user_agent,
             "Idempotency-Key": idempotency_key,
             **webhook_signature_headers(
-                secrets=(secret, previous_secret) if previous_secret else (secret,),
+                secrets=(secret, *previous_secrets),
                 webhook_id=idempotency_key,
                 timestamp=timestamp,
                 body=body,
@@ -324,7 +314,7 @@ class WebhookProvider:
             body=body,
             timestamp=timestamp,
             idempotency_key=message.idempotency_key or message.notification_id,
-            previous_secret=message.webhook_previous_secret,
+            previous_secrets=message.webhook_previous_secrets,
         )
         return SendResult(provider_message_id=response_headers.get("X-Request-Id", "")[:255], response_summary=f"HTTP {status}")
 

@@ -32,7 +32,7 @@ def notification_send(claim: Claim) -> Sent | DeliveryOutcome:
         idempotency_key=str(notification.pk),
         client_name=claim.client.name,
         webhook_secret=claim.client.webhook_secret,
-        webhook_previous_secret=claim.client.webhook_previous_secret,
+        webhook_previous_secrets=claim.client.webhook_previous_secrets,
         html_body=notification.html_message,
         headers=notification.headers,
     )

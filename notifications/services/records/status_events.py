@@ -23,11 +23,12 @@ from django.utils import timezone
 
 from ...broker_batch import messages_publish
 from ...channels import validate_address
-from ...channels.webhook.provider import NOT_PUBLIC, webhook_post_signed, webhook_secrets_in_force, webhook_target
+from ...channels.webhook.provider import NOT_PUBLIC, webhook_post_signed, webhook_target
 from ...concurrency import TURN_WAIT_SECONDS, webhook_turn_take
 from ...conf import STATUS_EVENT_ROUTE, get_config
-from ...errors import ChannelError, PermanentChannelError, TransientChannelError, ValidationFailed
+from ...errors import ChannelError, PermanentChannelError, RateLimitExceeded, TransientChannelError, ValidationFailed
 from ...models import ApiClient, Notification, Status, StatusEvent, StatusEventState, StatusEventType, webhook_secret_generate
+from ...models.clients import MAX_RETIRED_WEBHOOK_SECRETS, webhook_secrets_in_grace
 from ...selectors import due_in_turns
 from ...token_cache import REMEMBERED_MARK, api_client_changed
 
@@ -87,13 +88,30 @@ def api_client_rotate_webhook_secret(*, client: ApiClient) -> str:
     """Give the client a new webhook secret (``whsec_`` + base64 of 32 random bytes) and return
     it, the only time it is shown. It signs every webhook and status event posted from now on,
     those already pending included; the one it replaces signs them too (a second signature)
-    for WEBHOOK_SECRET_GRACE_SECONDS, so the receiver can switch without a gap."""
+    for WEBHOOK_SECRET_GRACE_SECONDS, and so do those it replaced within theirs, however many. A
+    client that has rotated MAX_RETIRED_WEBHOOK_SECRETS times within one grace period is refused
+    (RateLimitExceeded) until the oldest of them ends: each signs every post meanwhile."""
     secret, now = webhook_secret_generate(), timezone.now()
-    # F("webhook_secret") is the value before this UPDATE: the one being replaced.
-    ApiClient.objects.filter(pk=client.pk).update(
-        webhook_secret=secret, webhook_secret_previous=F("webhook_secret"), webhook_secret_rotated_at=now
-    )
-    client.webhook_secret_previous, client.webhook_secret, client.webhook_secret_rotated_at = client.webhook_secret, secret, now
+    grace_seconds = get_config().webhook_secret_grace_seconds
+    with transaction.atomic():
+        # Locked: two rotations at once must each keep the secret the other replaced.
+        current = ApiClient.objects.select_for_update().get(pk=client.pk)
+        moment = now.timestamp()
+        retired = [[old, at] for old, at in current.webhook_secrets_retired if moment - at < grace_seconds]
+        if current.webhook_secret:
+            retired.insert(0, [current.webhook_secret, moment])
+        if len(retired) > MAX_RETIRED_WEBHOOK_SECRETS:
+            wait = retired[-1][1] + grace_seconds - moment
+            raise RateLimitExceeded(
+                f"the webhook secret was rotated {MAX_RETIRED_WEBHOOK_SECRETS} times within WEBHOOK_SECRET_GRACE_SECONDS, "
+                "and each replaced secret still signs; try again once the oldest one's grace period ends",
+                retry_after=max(1.0, wait),
+                extra={"limit": "WEBHOOK_SECRET_GRACE_SECONDS", "value": MAX_RETIRED_WEBHOOK_SECRETS},
+            )
+        ApiClient.objects.filter(pk=client.pk).update(
+            webhook_secret=secret, webhook_secrets_retired=retired, webhook_secret_rotated_at=now
+        )
+    client.webhook_secrets_retired, client.webhook_secret, client.webhook_secret_rotated_at = retired, secret, now
     api_client_changed()
     return secret
 
@@ -315,13 +333,13 @@ def _post(event: StatusEvent) -> None:
     client = event.client
     if not client.status_webhook_url:
         raise PermanentChannelError("the API client has no status_webhook_url any more", code="not_configured")
-    current, *previous = webhook_secrets_in_force(
-        client.webhook_secret, client.webhook_secret_previous, client.webhook_secret_rotated_at, now=timezone.now()
+    previous = webhook_secrets_in_grace(
+        client.webhook_secrets_retired, now=timezone.now(), grace_seconds=get_config().webhook_secret_grace_seconds
     )
     webhook_post_signed(
         url=client.status_webhook_url,
-        secret=current,
-        previous_secret=previous[0] if previous else "",
+        secret=client.webhook_secret,
+        previous_secrets=previous,
         body=json.dumps(status_event_payload(event), separators=(",", ":")),
         timestamp=str(int(time.time())),
         idempotency_key=str(event.pk),
