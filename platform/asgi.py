@@ -59,12 +59,12 @@ def _wsgi_application() -> Any:
 
 
 stream = StreamHandler()
-# The threads gunicorn.conf.py gives a process (WEB_THREADS, 16) and the requests it may hold
-# waiting for one (WEB_QUEUE_LIMIT, 64), read as gunicorn.conf.py reads its options.
+# The threads gunicorn.conf.py gives a process (WEB_THREADS, 16, read as it reads them) and the
+# requests it may hold waiting for one.
 site = ThreadedWSGI(
     _wsgi_application(),
     threads=int(os.environ.get("WEB_THREADS") or 0) or 16,
-    queue_limit=int(os.environ.get("WEB_QUEUE_LIMIT") or 64),
+    queue_limit=settings.WEB_QUEUE_LIMIT,
     # The API's own limit (Django refuses a larger body with 413 too), not more held before it.
     max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 32 * 1024 * 1024,
 )

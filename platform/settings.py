@@ -318,6 +318,8 @@ WORKER_METRICS_DIR = _option["WORKER_METRICS_DIR"]
 CONSUMER_METRICS_PORT = _option["CONSUMER_METRICS_PORT"]
 # Standard OpenTelemetry variables; the SDK reads the rest (headers, protocol) itself. With neither
 # set, spans are made (the trace id is stored and logged) but nothing is exported.
+# Read by platform/asgi.py: the requests a web process holds waiting for a thread (threaded_wsgi.py).
+WEB_QUEUE_LIMIT = _option["WEB_QUEUE_LIMIT"]
 OTEL_SERVICE_NAME = _option["OTEL_SERVICE_NAME"]
 OTEL_EXPORTER_OTLP_ENDPOINT = _option["OTEL_EXPORTER_OTLP_ENDPOINT"]
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _option["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]

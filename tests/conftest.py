@@ -82,6 +82,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # installed it (tests/external_tools.py): the fast tier needs nothing but Python.
         if _declared_tools(item):
             item.add_marker(pytest.mark.services)
+        # So does a test that alone would take a good part of the fast tier's minute and a half.
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.services)
     if FAST_TIER:
         fast = [item for item in items if item.get_closest_marker("services") is None]
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("services") is not None])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import tracemalloc
 
+import pytest
+
 from rest_framework.test import APIClient
 
 from notifications.services.policy.template_cache import compiled_size, compiled_templates
@@ -26,6 +28,7 @@ def variables(n: int, size: int = 64 * 1024) -> str:
     return marker + "{{a}}" * ((size - len(marker)) // 5)
 
 
+@pytest.mark.slow  # 100 compiles of 64 KB: about 40 s of CPU
 @override_notifications(TEMPLATE_SANDBOX_PROCESSES=0)
 def test_a_hundred_puts_of_distinct_64_kb_templates_leave_rss_under_100_mb_and_the_cache_as_it_was(api: APIClient) -> None:
     cache = compiled_templates()

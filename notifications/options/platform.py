@@ -107,6 +107,14 @@ PLATFORM_OPTIONS: tuple[Option, ...] = (
             pattern=THROTTLE_RATE,
             form=THROTTLE_RATE_FORM,
         ),
+        Option(
+            "WEB_QUEUE_LIMIT",
+            int,
+            256,
+            "requests a web process holds waiting for one of its WEB_THREADS (each body at most Django's "
+            "DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB); past them a request is answered 503 with Retry-After",
+            minimum=0,
+        ),
     ),
     *group(
         "Email transport (the email channel's primary account)",
@@ -187,13 +195,6 @@ GUNICORN_OPTIONS: tuple[Option, ...] = group(
         shown_default="0 (the CPU count)",
     ),
     Option("WEB_THREADS", int, 16, "threads per process, each holding one PostgreSQL connection", minimum=1),
-    Option(
-        "WEB_QUEUE_LIMIT",
-        int,
-        64,
-        "requests a process holds waiting for a thread; past them a request is answered 503 with Retry-After",
-        minimum=0,
-    ),
     Option(
         "WEB_METRICS_DIR",
         str,
