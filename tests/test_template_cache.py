@@ -8,7 +8,6 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
-
 from rest_framework.test import APIClient
 
 from notifications.services.policy.template_cache import compiled_size, compiled_templates
