@@ -27,6 +27,8 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.middleware.security import SecurityMiddleware  # noqa: E402
 
+from notifications.api.inbox.stream_guard import ABORT_SCOPE_KEY  # noqa: E402
+
 STREAM_PATH = "/api/v1/inbox/stream"
 
 
@@ -43,6 +45,14 @@ class StreamHandler(ASGIHandler):
         self._middleware_chain = convert_exception_to_response(SecurityMiddleware(view))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # A stream whose reader stopped reading is blocked in ``send`` at the transport's write
+        # buffer, where closing it would wait for the buffer to drain: its guard drops the
+        # connection instead, with the transport of the server's send (uvicorn's). On a server
+        # without one the guard cancels the stream's task.
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        abort = getattr(transport, "abort", None)
+        if callable(abort):
+            scope = {**scope, ABORT_SCOPE_KEY: abort}
         await self.handle(scope, receive, send)
 
 

@@ -8,6 +8,12 @@ numbered in the order they committed. So a wake-up lost, doubled or late loses o
 and the usual one costs no query. Between processes (a worker delivers, a web process streams)
 wake-ups go through one Redis pub/sub channel that each streaming process subscribes to once; on
 the embedded default (no Redis) they stay in the one process.
+
+A wake-up can also say a user's tokens, or all the tokens of a client (rotated or revoked), were
+revoked: each stream it reaches checks its own token (api/inbox/stream_guard.py), even one whose
+reader has stopped reading. What a stream was told waits in a list of at most MAX_TOLD entries;
+past that they collapse to one "read the database" (a reader that does not keep up costs a read,
+not memory). After a lost subscription every stream reads again, spread over RESYNC_SPREAD.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +36,13 @@ RESUBSCRIBE_BASE_SECONDS = 0.5
 RESUBSCRIBE_CAP_SECONDS = 10.0
 # A wake-up whose events would make a longer message carries none (its streams read them).
 MAX_MESSAGE_BYTES = 16 * 1024
+# Wake-ups a stream keeps while it is busy (sending, or blocked on a reader that does not read);
+# past them it reads the database once instead.
+MAX_TOLD = 64
+# After a lost subscription the streams read again at most this many a second, and within at
+# most RESYNC_SPREAD_MAX_SECONDS: 2,000 streams spread over 10 s rather than 2,000 reads at once.
+RESYNC_READS_PER_SECOND = 200.0
+RESYNC_SPREAD_MAX_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,11 @@ def user_key(client_id: Any, user_id: str) -> str:
     return f"{client_id}:{user_id}"
 
 
+def resync_spread_seconds(streams: int) -> float:
+    """Over how long the streams of a process read again after a lost subscription."""
+    return min(RESYNC_SPREAD_MAX_SECONDS, streams / RESYNC_READS_PER_SECOND)
+
+
 def pubsub_channel() -> str:
     return f"{redis_key_prefix()}:inbox:wake"
 
@@ -53,18 +72,26 @@ class Waiter:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
-        # Set with a wake-up that says the user's tokens were revoked: the stream checks its own.
-        self.revoked = False
+        # Set with a wake-up that says the user's (or the client's) tokens were revoked: the
+        # stream's guard checks its token, whether or not the stream is sending.
+        self.revocation = asyncio.Event()
         # What the wake-ups since the stream last looked carried (None: one that carried nothing).
         self.told: list[Told | None] = []
 
-    def wake(self, told: Told | None = None, *, revoked: bool = False) -> None:
+    def wake(self, told: Told | None = None, *, revoked: bool = False, delay: float = 0.0) -> None:
         with contextlib.suppress(RuntimeError):  # its loop has closed: the stream is gone
-            self.loop.call_soon_threadsafe(self._woken, told, revoked)
+            if delay > 0:
+                self.loop.call_soon_threadsafe(self.loop.call_later, delay, self._woken, told, revoked)
+            else:
+                self.loop.call_soon_threadsafe(self._woken, told, revoked)
 
     def _woken(self, told: Told | None, revoked: bool) -> None:
-        self.revoked = self.revoked or revoked
-        self.told.append(told)
+        if revoked:
+            self.revocation.set()
+        if len(self.told) >= MAX_TOLD:
+            self.told = [None]  # the reader is behind: one read catches it up
+        else:
+            self.told.append(told)
         self.event.set()
 
 
@@ -103,15 +130,29 @@ class Hub:
         for waiter in waiters:
             waiter.wake(told, revoked=revoked)
 
+    def notify_client(self, client_id: Any) -> None:
+        """Every stream of the client's users checks its token (the client was rotated or revoked)."""
+        prefix = user_key(client_id, "")
+        with self._lock:
+            waiters = [waiter for key, group in self._waiters.items() if key.startswith(prefix) for waiter in group]
+        for waiter in waiters:
+            waiter.wake(revoked=True)
+
     def notify_all(self) -> None:
+        """Every stream reads again and checks its token (after an outage a revocation may have
+        been missed too), spread out at random so that the database is not read by all at once."""
         with self._lock:
             waiters = [waiter for group in self._waiters.values() for waiter in group]
+        spread = resync_spread_seconds(len(waiters))
         for waiter in waiters:
-            waiter.wake(revoked=True)  # after an outage a revocation may have been missed too
+            waiter.wake(revoked=True, delay=random.uniform(0, spread))
 
     def _notify_message(self, data: Any) -> None:
         try:
             body = json.loads(data)
+            if "c" in body:
+                self.notify_client(body["c"])
+                return
             told = Told(int(body["p"]), [tuple(event) for event in body["e"]]) if "e" in body else None
             self.notify(str(body["k"]), told, revoked=bool(body.get("r")))
         except (ValueError, KeyError, TypeError):
@@ -176,3 +217,17 @@ def wake(*, client_id: Any, user_id: str, told: Told | None = None, revoked: boo
     except Exception as exc:  # the change is committed: a stream finds it at its next wake-up
         logger.warning("inbox wake-up not published (%s)", exc.__class__.__name__)
         hub.notify(key, told, revoked=revoked)
+
+
+def wake_client(*, client_id: Any) -> None:
+    """Tell every stream of the client's users, in every process, to check its token: the client
+    was rotated or revoked. Called after that change has committed."""
+    redis = redis_client()
+    if redis is None:
+        hub.notify_client(client_id)
+        return
+    try:
+        redis.publish(pubsub_channel(), json.dumps({"c": client_id}))
+    except Exception as exc:  # Redis is down: every stream checks its token once it is subscribed again
+        logger.warning("inbox client revocation not published (%s)", exc.__class__.__name__)
+        hub.notify_client(client_id)

@@ -1,0 +1,138 @@
+"""The guard of one live stream: ends it from outside its body when its token expires or is
+revoked (the user's, or its client rotated or revoked), or when its reader has not taken an event
+for INBOX_STREAM_SEND_TIMEOUT_SECONDS; keeps its slot's lease (inbox/slots.py) and gives it back.
+
+The body of a stream (stream_events.py) is an async generator: while its reader does not read,
+the server's send blocks at the transport's write buffer and the generator waits at its
+``yield``, where nothing inside it can run. So the guard is a task of its own beside it, waiting on
+the stream's revocation wake-ups and its token's expiry. A stream waiting for a wake-up is ended
+by waking it (it returns, and EventSource's reconnect is answered 401); one blocked on its reader
+is aborted: its connection is dropped by the server (``abort``, given by platform/asgi.py from the
+server's transport), or, on a server that gives none, the task sending it is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...inbox.live import Waiter, hub
+from ...inbox.slots import RENEW_EVERY_SECONDS, StreamSlot
+from ...services.inbox import InboxUser, inbox_user_holds
+from .threads import in_thread
+
+logger = logging.getLogger("notifications.inbox")
+
+# How long a stream asked to end may take to end by itself before its connection is dropped.
+END_GRACE_SECONDS = 1.0
+# The scope key under which platform/asgi.py gives a stream the means to drop its connection.
+ABORT_SCOPE_KEY = "notifications.abort"
+
+# Guards' own tasks, held until they finish (the loop keeps only weak references).
+_running: set[asyncio.Task[None]] = set()
+
+
+class StreamGuard:
+    def __init__(
+        self,
+        *,
+        user: InboxUser,
+        key: str,
+        waiter: Waiter,
+        slot: StreamSlot,
+        abort: Callable[[], None] | None,
+        send_timeout: float,
+    ) -> None:
+        self.user, self.key, self.waiter, self.slot, self.abort = user, key, waiter, slot, abort
+        self.send_timeout = send_timeout
+        self.loop = asyncio.get_running_loop()
+        self.closed = ""  # why the guard ended the stream ("" while it has not)
+        self.finished = asyncio.Event()  # the stream's body has ended
+        self._task: asyncio.Task[Any] | None = None
+        self._stalled: asyncio.TimerHandle | None = None
+        self._watch: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """At the body's first step, in the task that sends the stream."""
+        self._task = asyncio.current_task()
+        self._watch = _spawn(self._watching())
+
+    def sending(self) -> None:
+        """The body yields an event: the server's send follows; past the timeout, the reader is stalled."""
+        self._stalled = asyncio.get_running_loop().call_later(self.send_timeout, self.close, "stalled")
+
+    def sent(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def close(self, reason: str) -> None:
+        """End the stream now (from any task on its loop); its slot is given back at once."""
+        if self.closed or self.finished.is_set():
+            return
+        self.closed = reason
+        logger.info("inbox stream closed: %s", reason, extra={"client_id": self.user.client.pk, "reason": reason})
+        self.waiter.event.set()  # a body waiting for a wake-up returns
+        _spawn(self._end(blocked=self._stalled is not None))
+
+    def finish(self) -> None:
+        """The body has ended (by itself, or closed), or the response was closed before its body
+        ran: stop watching and give the slot back."""
+        if self.finished.is_set():
+            return
+        self.sent()
+        self.finished.set()
+        if self._watch is not None and self._watch is not asyncio.current_task():
+            self._watch.cancel()
+        hub.unsubscribe(self.key, self.waiter)
+        if not self.slot.released:
+            _spawn(in_thread(self.slot.release)())
+
+    def finish_threadsafe(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: so has the process's count
+            self.loop.call_soon_threadsafe(self.finish)
+
+    async def _end(self, *, blocked: bool) -> None:
+        if not blocked:
+            try:
+                await asyncio.wait_for(self.finished.wait(), timeout=END_GRACE_SECONDS)
+            except TimeoutError:
+                blocked = True
+        if blocked:
+            if self.abort is not None:
+                self.abort()
+            elif self._task is not None:
+                self._task.cancel()
+        # Given back now, not when the server gets round to the body's end.
+        hub.unsubscribe(self.key, self.waiter)
+        if not self.slot.released:
+            await in_thread(self.slot.release)()
+
+    async def _watching(self) -> None:
+        renew_at = time.monotonic() + RENEW_EVERY_SECONDS * random.uniform(0.5, 1.0)
+        revocation = self.waiter.revocation
+        while not self.closed:
+            left = self.user.expires_at.timestamp() - time.time()
+            if left <= 0:
+                return self.close("expired")
+            if revocation.is_set():
+                revocation.clear()
+                if not await in_thread(inbox_user_holds)(user=self.user):
+                    return self.close("revoked")
+            if time.monotonic() >= renew_at:
+                await in_thread(self.slot.renew)()
+                renew_at = time.monotonic() + RENEW_EVERY_SECONDS
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(revocation.wait(), timeout=max(0.0, min(left, renew_at - time.monotonic())))
+
+
+def _spawn(work: Any) -> asyncio.Task[None]:
+    task = asyncio.get_running_loop().create_task(work)
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+    return task
