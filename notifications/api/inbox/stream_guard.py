@@ -76,7 +76,11 @@ class StreamGuard:
         if self.closed or self.finished.is_set():
             return
         self.closed = reason
-        logger.info("inbox stream closed: %s", reason, extra={"client_id": self.user.client.pk, "reason": reason})
+        logger.info(
+            "inbox stream closed: %s",
+            reason,
+            extra={"client_id": self.user.client.pk, "reason": reason, "blocked": self._stalled is not None},
+        )
         self.waiter.event.set()  # a body waiting for a wake-up returns
         _spawn(self._end(blocked=self._stalled is not None))
 
