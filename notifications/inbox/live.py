@@ -24,6 +24,7 @@ import json
 import logging
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,9 +73,9 @@ class Waiter:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
-        # Set with a wake-up that says the user's (or the client's) tokens were revoked: the
-        # stream's guard checks its token, whether or not the stream is sending.
-        self.revocation = asyncio.Event()
+        # Called on the loop with a wake-up that says the user's (or the client's) tokens were
+        # revoked: the stream's guard checks its token, whether or not the stream is sending.
+        self.on_revoked: Callable[[], None] | None = None
         # What the wake-ups since the stream last looked carried (None: one that carried nothing).
         self.told: list[Told | None] = []
 
@@ -86,8 +87,8 @@ class Waiter:
                 self.loop.call_soon_threadsafe(self._woken, told, revoked)
 
     def _woken(self, told: Told | None, revoked: bool) -> None:
-        if revoked:
-            self.revocation.set()
+        if revoked and self.on_revoked is not None:
+            self.on_revoked()
         if len(self.told) >= MAX_TOLD:
             self.told = [None]  # the reader is behind: one read catches it up
         else:

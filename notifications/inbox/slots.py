@@ -4,8 +4,8 @@ A stream takes a slot before it sends anything and gives it back when it ends; w
 is refused (429). The user's and the client's slots are held in Redis across every web process,
 as the webhook turns are (concurrency.py): one sorted set per user and per client, members a
 token per stream scored by when its lease runs out, taken atomically by one script. An open
-stream renews its lease (every LEASE_SECONDS / 3), so a process that dies frees its streams'
-slots within LEASE_SECONDS. The process's own cap is a count in memory (it is the process's
+stream's lease is renewed by its process (every LEASE_SECONDS / 3, all of them in one pipeline),
+so a process that dies frees its streams' slots within LEASE_SECONDS. The process's own cap is a count in memory (it is the process's
 memory and file descriptors it guards). On the embedded default (no Redis), or while Redis
 cannot be reached, the user's and client's slots are counted the same way in the process.
 """
@@ -25,7 +25,8 @@ from ..degraded import RedisOutage
 
 # How long a slot is held without a renewal: a dead process's streams are free again after it.
 LEASE_SECONDS = 60.0
-# How often an open stream renews its lease: three chances before it runs out.
+# How often a process renews the leases of its open streams (all at once, one pipeline): three
+# chances before they run out.
 RENEW_EVERY_SECONDS = LEASE_SECONDS / 3
 
 # KEYS: the user's slots, the client's. ARGV[1], ARGV[2]: how many each may hold; ARGV[3]: the
@@ -62,6 +63,29 @@ redis_outage = RedisOutage("inbox_stream_slots", consequence="each web process c
 _scripts_lock = threading.Lock()
 _scripts: dict[str, Any] = {}
 _local = LocalTurns()
+
+
+_held_lock = threading.Lock()
+_held: dict[str, StreamSlot] = {}  # this process's slots held in Redis, by token, for renewal
+
+
+def stream_slots_renew() -> int:
+    """Renew the leases of every slot this process holds in Redis (one pipeline); how many."""
+    with _held_lock:
+        slots = list(_held.values())
+    client = redis_client()
+    if not slots or client is None:
+        return 0
+    script = _script(client, _RENEW_SCRIPT)
+
+    def renew() -> None:
+        pipeline = client.pipeline(transaction=False)
+        for slot in slots:
+            script(keys=list(slot.keys), args=[int(LEASE_SECONDS * 1000), slot.token], client=pipeline)
+        pipeline.execute()
+
+    redis_outage.call(renew, fallback=lambda: None, counted=False)
+    return len(slots)
 
 
 class _ProcessCount:
@@ -109,24 +133,14 @@ class StreamSlot:
     released: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def renew(self) -> None:
-        if self.released or not self.in_redis:
-            return
-        client = redis_client()
-        if client is None:
-            return
-
-        def renew() -> None:
-            _script(client, _RENEW_SCRIPT)(keys=list(self.keys), args=[int(LEASE_SECONDS * 1000), self.token], client=client)
-
-        redis_outage.call(renew, fallback=lambda: None, counted=False)
-
     def release(self) -> None:
         with self._lock:  # the stream's end and its guard may both give it back, from two threads
             if self.released:
                 return
             self.released = True
         process_streams.give_back()
+        with _held_lock:
+            _held.pop(self.token, None)
         if not self.in_redis:
             for key in self.keys:
                 _local.give_back(key, self.token)
@@ -169,7 +183,12 @@ def stream_slot_take(*, client_id: Any, user_id: str) -> StreamSlot | None:
 
     def take() -> StreamSlot | None:
         taken = _script(client, _TAKE_SCRIPT)(keys=list(keys), args=[*limits, int(LEASE_SECONDS * 1000), token], client=client)
-        return StreamSlot(keys, token, in_redis=True) if int(taken) else None
+        if not int(taken):
+            return None
+        slot = StreamSlot(keys, token, in_redis=True)
+        with _held_lock:
+            _held[token] = slot
+        return slot
 
     client = redis_client()
     slot = take_locally() if client is None else redis_outage.call(take, fallback=take_locally)

@@ -121,7 +121,6 @@ async def inbox_stream(request: HttpRequest) -> HttpResponseBase:
     options = get_config().inbox
     key = user_key(user.client.pk, user.user_id)
     waiter = hub.subscribe(key)
-    waiter.revocation.set()  # the guard's first look checks the token: a revocation since it was verified was not heard
     guard = StreamGuard(
         user=user,
         key=key,

@@ -1,14 +1,17 @@
 """The guard of one live stream: ends it from outside its body when its token expires or is
 revoked (the user's, or its client rotated or revoked), or when its reader has not taken an event
-for INBOX_STREAM_SEND_TIMEOUT_SECONDS; keeps its slot's lease (inbox/slots.py) and gives it back.
+for INBOX_STREAM_SEND_TIMEOUT_SECONDS; gives its slot back (inbox/slots.py), whose lease a task of
+the process renews for all its streams at once.
 
 The body of a stream (stream_events.py) is an async generator: while its reader does not read,
 the server's send blocks at the transport's write buffer and the generator waits at its
-``yield``, where nothing inside it can run. So the guard is a task of its own beside it, waiting on
-the stream's revocation wake-ups and its token's expiry. A stream waiting for a wake-up is ended
-by waking it (it returns, and EventSource's reconnect is answered 401); one blocked on its reader
-is aborted: its connection is dropped by the server (``abort``, given by platform/asgi.py from the
-server's transport), or, on a server that gives none, the task sending it is cancelled.
+``yield``, where nothing inside it can run. So the guard acts from the loop's callbacks: a timer at
+the token's expiry, one per event sent (the send timeout), and the stream's revocation wake-ups,
+each of which checks the token in a short task. No task is held per stream. A stream waiting for
+a wake-up is ended by waking it (it returns, and EventSource's reconnect is answered 401); one
+blocked on its reader is aborted: its connection is dropped by the server (``abort``, given by
+platform/asgi.py from the server's transport), or, on a server that gives none, the task sending
+it is cancelled.
 """
 
 from __future__ import annotations
@@ -16,13 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ...inbox.live import Waiter, hub
-from ...inbox.slots import RENEW_EVERY_SECONDS, StreamSlot
+from ...inbox.slots import RENEW_EVERY_SECONDS, StreamSlot, stream_slots_renew
 from ...services.inbox import InboxUser, inbox_user_holds
 from .threads import in_thread
 
@@ -33,8 +35,10 @@ END_GRACE_SECONDS = 1.0
 # The scope key under which platform/asgi.py gives a stream the means to drop its connection.
 ABORT_SCOPE_KEY = "notifications.abort"
 
-# Guards' own tasks, held until they finish (the loop keeps only weak references).
-_running: set[asyncio.Task[None]] = set()
+# Guards' own short tasks, held until they finish (the loop keeps only weak references).
+_running: set[asyncio.Task[Any]] = set()
+# The task renewing the process's slot leases, by loop.
+_renewers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
 
 
 class StreamGuard:
@@ -55,12 +59,26 @@ class StreamGuard:
         self.finished = asyncio.Event()  # the stream's body has ended
         self._task: asyncio.Task[Any] | None = None
         self._stalled: asyncio.TimerHandle | None = None
-        self._watch: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         """At the body's first step, in the task that sends the stream."""
         self._task = asyncio.current_task()
-        self._watch = _spawn(self._watching())
+        left = self.user.expires_at.timestamp() - time.time()
+        self._expiry = self.loop.call_later(max(0.0, left), self.close, "expired")
+        self.waiter.on_revoked = self.revoked
+        # A revocation between the token's check and the subscription was not heard: check once.
+        self.revoked()
+        _renew_leases_on(self.loop)
+
+    def revoked(self) -> None:
+        """A wake-up said the user's or the client's tokens were revoked: check this stream's."""
+        if not self.closed and not self.finished.is_set():
+            _spawn(self._check_token())
+
+    async def _check_token(self) -> None:
+        if not await in_thread(inbox_user_holds)(user=self.user):
+            self.close("revoked")
 
     def sending(self) -> None:
         """The body yields an event: the server's send follows; past the timeout, the reader is stalled."""
@@ -91,8 +109,9 @@ class StreamGuard:
             return
         self.sent()
         self.finished.set()
-        if self._watch is not None and self._watch is not asyncio.current_task():
-            self._watch.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self.waiter.on_revoked = None
         hub.unsubscribe(self.key, self.waiter)
         if not self.slot.released:
             _spawn(in_thread(self.slot.release)())
@@ -117,22 +136,21 @@ class StreamGuard:
         if not self.slot.released:
             await in_thread(self.slot.release)()
 
-    async def _watching(self) -> None:
-        renew_at = time.monotonic() + RENEW_EVERY_SECONDS * random.uniform(0.5, 1.0)
-        revocation = self.waiter.revocation
-        while not self.closed:
-            left = self.user.expires_at.timestamp() - time.time()
-            if left <= 0:
-                return self.close("expired")
-            if revocation.is_set():
-                revocation.clear()
-                if not await in_thread(inbox_user_holds)(user=self.user):
-                    return self.close("revoked")
-            if time.monotonic() >= renew_at:
-                await in_thread(self.slot.renew)()
-                renew_at = time.monotonic() + RENEW_EVERY_SECONDS
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(revocation.wait(), timeout=max(0.0, min(left, renew_at - time.monotonic())))
+
+def _renew_leases_on(loop: asyncio.AbstractEventLoop) -> None:
+    renewer = _renewers.get(loop)
+    if renewer is None or renewer.done():
+        _renewers[loop] = loop.create_task(_renew_leases(), name="inbox-slot-leases")
+
+
+async def _renew_leases() -> None:
+    """Renew the leases of this process's streams every RENEW_EVERY_SECONDS, for as long as the loop runs."""
+    while True:
+        await asyncio.sleep(RENEW_EVERY_SECONDS)
+        try:
+            await in_thread(stream_slots_renew)()
+        except Exception:  # the leases run out later, not now: the next round tries again
+            logger.exception("inbox stream leases not renewed")
 
 
 def _spawn(work: Any) -> asyncio.Task[None]:
