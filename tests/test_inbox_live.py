@@ -1,13 +1,16 @@
 """A process's hub of live inbox streams, on its own loop (no server, no Redis): what a stream
-keeps while its reader is behind, and how the streams read again after a lost subscription."""
+keeps while its reader is behind, how the streams read again after a lost subscription, and the
+caps on open streams as the embedded default counts them (in the process)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from django.test import override_settings
 
-from notifications.inbox import live
+from notifications.concurrency import LocalTurns
+from notifications.inbox import live, slots
 from notifications.inbox.live import MAX_TOLD, Hub, Told, resync_spread_seconds
 
 
@@ -52,3 +55,23 @@ def test_after_a_lost_subscription_the_streams_read_again_spread_out_not_at_once
     first_tenth = sum(1 for moment in moments if moment < spread / 10)
     assert first_tenth < streams / 4, f"{first_tenth} of {streams} read in the first tenth of the spread"
     assert moments[-1] - moments[0] > spread / 2
+
+
+@override_settings(NOTIFICATIONS={"INBOX_STREAMS_PER_USER": 2, "INBOX_STREAMS_PER_CLIENT": 3, "INBOX_STREAMS_PER_PROCESS": 4})
+def test_without_redis_the_process_counts_each_users_each_clients_and_its_own_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slots, "redis_client", lambda: None)
+    monkeypatch.setattr(slots, "_local", LocalTurns())
+    monkeypatch.setattr(slots, "process_streams", slots._ProcessCount())
+
+    anns = [slots.stream_slot_take(client_id=1, user_id="ann") for _ in range(3)]
+    bobs = [slots.stream_slot_take(client_id=1, user_id="bob") for _ in range(2)]
+    other_client = [slots.stream_slot_take(client_id=2, user_id="cho") for _ in range(2)]
+
+    assert [slot is not None for slot in anns] == [True, True, False]  # the user's 2
+    assert [slot is not None for slot in bobs] == [True, False]  # the client's 3
+    assert [slot is not None for slot in other_client] == [True, False]  # the process's 4
+    held = [slot for slot in anns + bobs + other_client if slot is not None]
+    held[0].release()
+    held[0].release()  # given back once, however often
+    assert slots.process_streams.held == 3
+    assert slots.stream_slot_take(client_id=1, user_id="ann") is not None

@@ -1,7 +1,8 @@
 """What one user, client or reader can take of the live stream's server, through the web server as
 deployed (gunicorn with uvicorn workers) on the real PostgreSQL and Redis: streams capped per user
 (429 with Retry-After, the slot free again once a stream ends), a reader that stops reading closed
-once its token is revoked, tokens in no URL but the stream's, one-use tickets, and a resume from
+once its token is revoked or when it has taken no event within the send timeout, tokens in no URL
+but the stream's, one-use tickets, and a resume from
 past the event window answered with a reset."""
 
 from __future__ import annotations
@@ -140,6 +141,26 @@ def test_a_stalled_reader_whose_token_is_revoked_is_closed_within_5_seconds(serv
         assert '"reason": "revoked", "blocked": true' in server.output()
     finally:
         reader.close()
+
+
+def test_a_reader_that_takes_no_event_within_the_send_timeout_is_dropped(django_db_setup: Any) -> None:
+    with gunicorn_server(INBOX_STREAM_SEND_TIMEOUT_SECONDS="2") as quick:
+        shop, shop_token = make_api_client("shop")
+        reader = StalledReader(quick, user_token(quick.base_url, shop_token, "ann"))
+        try:
+            for index in range(STALL_ITEMS):
+                deliver_item(shop, "ann", f"big {index}", body="x" * 100_000)
+            filled_at = time.monotonic()
+
+            def dropped() -> bool:
+                end = reader.server_end()
+                return (end is None or end[0] != TCP_ESTABLISHED) and held_slots(shop.pk, "ann") == 0
+
+            wait_until(dropped, timeout=15, interval=0.1, message="the server drops the stalled reader")
+            assert time.monotonic() - filled_at < 2.0 + 5.0
+            assert '"reason": "stalled", "blocked": true' in quick.output()
+        finally:
+            reader.close()
 
 
 def test_a_token_in_the_query_is_refused_on_every_inbox_url_but_the_streams(server: WebServer) -> None:
