@@ -40,7 +40,7 @@ def test_after_a_lost_subscription_the_streams_read_again_spread_out_not_at_once
 
         moments: list[float] = []
         for waiter in waiters:
-            waiter.on_revoked = lambda: moments.append(loop.time() - started)
+            waiter.on_revoked = lambda issued_before: moments.append(loop.time() - started)
         hub.notify_all()
         deadline = started + spread + 5
         while len(moments) < streams and loop.time() < deadline:

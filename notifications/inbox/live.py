@@ -11,7 +11,7 @@ the embedded default (no Redis) they stay in the one process.
 
 A wake-up can also say a user's tokens, or all the tokens of a client (rotated or revoked), were
 revoked: each stream it reaches checks its own token (api/inbox/stream_guard.py), even one whose
-reader has stopped reading. What a stream was told waits in a list of at most MAX_TOLD entries;
+reader has stopped reading; a client's says before when, so its streams need no query to decide. What a stream was told waits in a list of at most MAX_TOLD entries;
 past that they collapse to one "read the database" (a reader that does not keep up costs a read,
 not memory). After a lost subscription every stream reads again, spread over RESYNC_SPREAD.
 """
@@ -26,6 +26,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..connections import redis_client, redis_key_prefix, redis_pubsub_client
@@ -37,6 +38,9 @@ RESUBSCRIBE_BASE_SECONDS = 0.5
 RESUBSCRIBE_CAP_SECONDS = 10.0
 # A wake-up whose events would make a longer message carries none (its streams read them).
 MAX_MESSAGE_BYTES = 16 * 1024
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Later than any token's issue (epoch ms): a revoked client's streams all end.
+EVERY_TOKEN_MS = 2**53
 # Wake-ups a stream keeps while it is busy (sending, or blocked on a reader that does not read);
 # past them it reads the database once instead.
 MAX_TOLD = 64
@@ -74,8 +78,10 @@ class Waiter:
         self.loop = loop
         self.event = asyncio.Event()
         # Called on the loop with a wake-up that says the user's (or the client's) tokens were
-        # revoked: the stream's guard checks its token, whether or not the stream is sending.
-        self.on_revoked: Callable[[], None] | None = None
+        # revoked, whether or not the stream is sending: with the moment (epoch ms) before which
+        # the client's tokens are refused when the wake-up says it (a client rotated or revoked:
+        # the guard decides without a query), else None (the guard checks its token).
+        self.on_revoked: Callable[[int | None], None] | None = None
         # What the wake-ups since the stream last looked carried (None: one that carried nothing).
         self.told: list[Told | None] = []
 
@@ -86,9 +92,18 @@ class Waiter:
             else:
                 self.loop.call_soon_threadsafe(self._woken, told, revoked)
 
+    def revoke(self, *, issued_before: int) -> None:
+        """The stream's client refuses its tokens issued before ``issued_before`` (epoch ms)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._revoked, issued_before)
+
+    def _revoked(self, issued_before: int | None) -> None:
+        if self.on_revoked is not None:
+            self.on_revoked(issued_before)
+
     def _woken(self, told: Told | None, revoked: bool) -> None:
-        if revoked and self.on_revoked is not None:
-            self.on_revoked()
+        if revoked:
+            self._revoked(None)
         if len(self.told) >= MAX_TOLD:
             self.told = [None]  # the reader is behind: one read catches it up
         else:
@@ -131,13 +146,14 @@ class Hub:
         for waiter in waiters:
             waiter.wake(told, revoked=revoked)
 
-    def notify_client(self, client_id: Any) -> None:
-        """Every stream of the client's users checks its token (the client was rotated or revoked)."""
+    def notify_client(self, client_id: Any, *, issued_before: int) -> None:
+        """Every stream of the client's users whose token was issued before ``issued_before``
+        (epoch ms) ends: the client was rotated or revoked then."""
         prefix = user_key(client_id, "")
         with self._lock:
             waiters = [waiter for key, group in self._waiters.items() if key.startswith(prefix) for waiter in group]
         for waiter in waiters:
-            waiter.wake(revoked=True)
+            waiter.revoke(issued_before=issued_before)
 
     def notify_all(self) -> None:
         """Every stream reads again and checks its token (after an outage a revocation may have
@@ -152,7 +168,7 @@ class Hub:
         try:
             body = json.loads(data)
             if "c" in body:
-                self.notify_client(body["c"])
+                self.notify_client(body["c"], issued_before=int(body["b"]))
                 return
             told = Told(int(body["p"]), [tuple(event) for event in body["e"]]) if "e" in body else None
             self.notify(str(body["k"]), told, revoked=bool(body.get("r")))
@@ -220,15 +236,23 @@ def wake(*, client_id: Any, user_id: str, told: Told | None = None, revoked: boo
         hub.notify(key, told, revoked=revoked)
 
 
-def wake_client(*, client_id: Any) -> None:
-    """Tell every stream of the client's users, in every process, to check its token: the client
-    was rotated or revoked. Called after that change has committed."""
+def epoch_ms(moment: datetime) -> int:
+    """Whole milliseconds since the epoch, as inbox tokens carry them (integer arithmetic: a
+    float's rounding would move a token across a revocation's millisecond)."""
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def wake_client(*, client_id: Any, issued_before: datetime | None) -> None:
+    """End every stream of the client's users whose token was issued before ``issued_before``
+    (None: every one), in every process: the client was rotated (or revoked) then. Called after
+    that change has committed."""
+    issued_before_ms = EVERY_TOKEN_MS if issued_before is None else epoch_ms(issued_before)
     redis = redis_client()
     if redis is None:
-        hub.notify_client(client_id)
+        hub.notify_client(client_id, issued_before=issued_before_ms)
         return
     try:
-        redis.publish(pubsub_channel(), json.dumps({"c": client_id}))
+        redis.publish(pubsub_channel(), json.dumps({"c": client_id, "b": issued_before_ms}))
     except Exception as exc:  # Redis is down: every stream checks its token once it is subscribed again
         logger.warning("inbox client revocation not published (%s)", exc.__class__.__name__)
-        hub.notify_client(client_id)
+        hub.notify_client(client_id, issued_before=issued_before_ms)

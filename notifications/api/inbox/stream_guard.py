@@ -68,13 +68,19 @@ class StreamGuard:
         self._expiry = self.loop.call_later(max(0.0, left), self.close, "expired")
         self.waiter.on_revoked = self.revoked
         # A revocation between the token's check and the subscription was not heard: check once.
-        self.revoked()
+        self.revoked(None)
         _renew_leases_on(self.loop)
 
-    def revoked(self) -> None:
-        """A wake-up said the user's or the client's tokens were revoked: check this stream's."""
-        if not self.closed and not self.finished.is_set():
+    def revoked(self, issued_before: int | None) -> None:
+        """A wake-up said the user's tokens were revoked (check this stream's: one query), or the
+        client's issued before ``issued_before`` (epoch ms; 10,000 streams of a rotated client
+        decide at once, with no query each)."""
+        if self.closed or self.finished.is_set():
+            return
+        if issued_before is None:
             _spawn(self._check_token())
+        elif self.user.issued_ms < issued_before:
+            self.close("revoked")
 
     async def _check_token(self) -> None:
         if not await in_thread(inbox_user_holds)(user=self.user):

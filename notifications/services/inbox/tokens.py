@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from ...degraded import REDIS_ERRORS
 from ...errors import TokenRefused, ValidationFailed
-from ...inbox.live import wake
+from ...inbox.live import epoch_ms, wake
 from ...models import ApiClient, InboxTokenGate
 
 logger = logging.getLogger("notifications.inbox")
@@ -54,6 +54,10 @@ class InboxUser:
     # DRF treats the authenticated principal as request.user.
     is_authenticated = True
     is_anonymous = False
+
+    @property
+    def issued_ms(self) -> int:
+        return epoch_ms(self.issued_at)
 
 
 def inbox_token_issue(*, client: ApiClient, user_id: str, ttl_seconds: int) -> tuple[str, datetime]:
@@ -92,8 +96,8 @@ def inbox_token_verify(token: str) -> InboxUser:
 def inbox_stream_ticket_issue(*, user: InboxUser) -> tuple[str, datetime]:
     """A one-use ticket that opens one stream for ``user`` within TICKET_SECONDS (never past the
     token's own expiry); with when it expires. The stream it opens ends as the token would."""
-    expires_ms = min(int((time.time() + TICKET_SECONDS) * 1000), _ms(user.expires_at))
-    payload = {"c": user.client.pk, "u": user.user_id, "i": _ms(user.issued_at), "e": _ms(user.expires_at)}
+    expires_ms = min(int((time.time() + TICKET_SECONDS) * 1000), epoch_ms(user.expires_at))
+    payload = {"c": user.client.pk, "u": user.user_id, "i": epoch_ms(user.issued_at), "e": epoch_ms(user.expires_at)}
     ticket = signing.dumps({**payload, "n": secrets.token_urlsafe(16)}, salt=TICKET_SALT, compress=True)
     return ticket, _moment(expires_ms)
 
@@ -126,7 +130,7 @@ def inbox_user_holds(*, user: InboxUser) -> bool:
     """Whether ``user``'s token still holds: not expired, its client active and not rotated since
     it was issued, the user's tokens not revoked since (one query)."""
     try:
-        _user(user.client.pk, user.user_id, _ms(user.issued_at), _ms(user.expires_at))
+        _user(user.client.pk, user.user_id, epoch_ms(user.issued_at), epoch_ms(user.expires_at))
     except TokenRefused:
         return False
     return True
@@ -140,18 +144,13 @@ def _user(client_pk: int, user_id: str, issued_ms: int, expires_ms: int) -> Inbo
     if client is None:
         raise TokenRefused("the token's API client is no longer active", extra={"reason": "revoked"})
     not_before = client.not_before  # type: ignore[attr-defined]
-    if not_before is not None and issued_ms < _ms(not_before):
+    if not_before is not None and issued_ms < epoch_ms(not_before):
         raise TokenRefused("the inbox token was revoked", extra={"reason": "revoked"})
     # A token made before its client's token was rotated: made with a client token that may have leaked.
-    if client.token_rotated_at is not None and issued_ms < _ms(client.token_rotated_at):
+    if client.token_rotated_at is not None and issued_ms < epoch_ms(client.token_rotated_at):
         raise TokenRefused("the inbox token's API client was rotated since it was made", extra={"reason": "revoked"})
     return InboxUser(client=client, user_id=user_id, expires_at=_moment(expires_ms), issued_at=_moment(issued_ms))
 
 
 def _moment(epoch_ms: int) -> datetime:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-
-
-def _ms(moment: datetime) -> int:
-    """Whole milliseconds, as tokens carry them: a token made in the millisecond of a rotation holds."""
-    return int(moment.timestamp() * 1000)

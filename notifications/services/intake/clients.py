@@ -108,7 +108,8 @@ def api_client_rotate_token(*, client: ApiClient, update_fields: tuple[str, ...]
     client.token_rotated_at = timezone.now()
     client.save(update_fields=["token_hash", "token_prefix", "token_rotated_at", *update_fields])
     api_client_changed()  # the old token ends now in this process, once this commits in every one
-    transaction.on_commit(lambda: wake_client(client_id=client.pk))
+    rotated_at = client.token_rotated_at
+    transaction.on_commit(lambda: wake_client(client_id=client.pk, issued_before=rotated_at))
     return token
 
 
@@ -124,7 +125,7 @@ def api_client_revoke(*, client: ApiClient) -> None:
 
 def _wake_clients(client_ids: list[int]) -> None:
     for client_id in client_ids:
-        wake_client(client_id=client_id)
+        wake_client(client_id=client_id, issued_before=None)  # inactive: every token it made is refused
 
 
 RECIPIENT_FIELDS = ("email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "quiet_hours")
