@@ -123,7 +123,7 @@ def _script(client: Any, source: str) -> Any:
         return _scripts[source]
 
 
-@dataclass
+@dataclass(slots=True)
 class StreamSlot:
     """One stream's slot under each cap; ``release`` gives them back (once, however often called)."""
 

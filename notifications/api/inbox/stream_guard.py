@@ -42,6 +42,23 @@ _renewers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
 
 
 class StreamGuard:
+    # One per open stream: slots keep it small (the bench's memory per stream).
+    __slots__ = (
+        "user",
+        "key",
+        "waiter",
+        "slot",
+        "abort",
+        "send_timeout",
+        "loop",
+        "closed",
+        "finished",
+        "_ended",
+        "_task",
+        "_stalled",
+        "_expiry",
+    )
+
     def __init__(
         self,
         *,
@@ -56,7 +73,8 @@ class StreamGuard:
         self.send_timeout = send_timeout
         self.loop = asyncio.get_running_loop()
         self.closed = ""  # why the guard ended the stream ("" while it has not)
-        self.finished = asyncio.Event()  # the stream's body has ended
+        self.finished = False  # the stream's body has ended
+        self._ended: asyncio.Future[None] | None = None  # made only for a close that waits on the end
         self._task: asyncio.Task[Any] | None = None
         self._stalled: asyncio.TimerHandle | None = None
         self._expiry: asyncio.TimerHandle | None = None
@@ -75,7 +93,7 @@ class StreamGuard:
         """A wake-up said the user's tokens were revoked (check this stream's: one query), or the
         client's issued before ``issued_before`` (epoch ms; 10,000 streams of a rotated client
         decide at once, with no query each)."""
-        if self.closed or self.finished.is_set():
+        if self.closed or self.finished:
             return
         if issued_before is None:
             _spawn(self._check_token())
@@ -97,7 +115,7 @@ class StreamGuard:
 
     def close(self, reason: str) -> None:
         """End the stream now (from any task on its loop); its slot is given back at once."""
-        if self.closed or self.finished.is_set():
+        if self.closed or self.finished:
             return
         self.closed = reason
         logger.info(
@@ -111,10 +129,12 @@ class StreamGuard:
     def finish(self) -> None:
         """The body has ended (by itself, or closed), or the response was closed before its body
         ran: stop watching and give the slot back."""
-        if self.finished.is_set():
+        if self.finished:
             return
         self.sent()
-        self.finished.set()
+        self.finished = True
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
         if self._expiry is not None:
             self._expiry.cancel()
         self.waiter.on_revoked = None
@@ -129,7 +149,9 @@ class StreamGuard:
     async def _end(self, *, blocked: bool) -> None:
         if not blocked:
             try:
-                await asyncio.wait_for(self.finished.wait(), timeout=END_GRACE_SECONDS)
+                self._ended = self.loop.create_future()
+                if not self.finished:
+                    await asyncio.wait_for(self._ended, timeout=END_GRACE_SECONDS)
             except TimeoutError:
                 blocked = True
         if blocked:
