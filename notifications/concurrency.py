@@ -51,7 +51,9 @@ _script_lock = threading.Lock()
 _script: Any = None
 
 
-class _LocalTurns:
+class LocalTurns:
+    """Turns counted in this process's memory, each until its expiry (monotonic seconds)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._turns: dict[str, dict[str, float]] = {}
@@ -68,10 +70,13 @@ class _LocalTurns:
 
     def give_back(self, key: str, token: str) -> None:
         with self._lock:
-            self._turns.get(key, {}).pop(token, None)
+            turns = self._turns.get(key, {})
+            turns.pop(token, None)
+            if not turns:  # a key per user (inbox streams): an empty one is not kept
+                self._turns.pop(key, None)
 
 
-_local = _LocalTurns()
+_local = LocalTurns()
 
 
 @dataclass(frozen=True)

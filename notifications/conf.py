@@ -204,6 +204,10 @@ def get_config() -> NotificationsConfig:
             values["INBOX_EVENT_RETENTION_SECONDS"],
             # The demo page is served where DEBUG is on (make run), in production only when asked.
             demo=settings.DEBUG or values["INBOX_DEMO"],
+            streams_per_user=values["INBOX_STREAMS_PER_USER"],
+            streams_per_client=values["INBOX_STREAMS_PER_CLIENT"],
+            streams_per_process=values["INBOX_STREAMS_PER_PROCESS"],
+            send_timeout_seconds=values["INBOX_STREAM_SEND_TIMEOUT_SECONDS"],
         ),
     }
     return NotificationsConfig(

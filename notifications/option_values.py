@@ -159,8 +159,13 @@ def parse_retry_policies(value: str) -> dict[str, RetryPolicy]:
 @dataclass(frozen=True)
 class InboxOptions:
     """The in-app inbox's options: the stream's heartbeat, how long its events are kept for a
-    resume (Last-Event-ID), and whether /inbox/demo/ is served (default: with DEBUG)."""
+    resume (Last-Event-ID), whether /inbox/demo/ is served (default: with DEBUG), the caps on open
+    streams (per user, per client, per process) and how long a stream may wait on its reader."""
 
     heartbeat_seconds: float
     event_retention_seconds: float
     demo: bool
+    streams_per_user: int = 5
+    streams_per_client: int = 10000
+    streams_per_process: int = 4000
+    send_timeout_seconds: float = 30.0

@@ -17,7 +17,7 @@ API_DOCS_SETTINGS = {
     # The inbox's live stream is a plain async view: its operation is written by this hook.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "notifications.api.inbox.stream.stream_schema_hook",
+        "notifications.api.inbox.stream_schema.stream_schema_hook",
     ],
     # Every operation sits under one of these (notifications/api/schema.py api_operation files an
     # operation under the tag its operation_id starts with), shown in this order in /api/docs/.

@@ -27,6 +27,7 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.middleware.security import SecurityMiddleware  # noqa: E402
 
+from notifications.api.inbox.stream_guard import ABORT_SCOPE_KEY  # noqa: E402
 from notifications.tracing.request_targets import asgi_request_span  # noqa: E402
 
 STREAM_PATH = "/api/v1/inbox/stream"
@@ -46,6 +47,18 @@ class StreamHandler(ASGIHandler):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.handle(scope, receive, send)
+
+
+def _with_abort(scope: Any, send: Any) -> Any:
+    """``scope`` with a way to drop the connection, where the server's ``send`` gives one.
+
+    A stream whose reader stopped reading is blocked in ``send`` at the transport's write buffer,
+    where closing it would wait for the buffer to drain: its guard drops the connection instead,
+    with the asyncio transport of the server's send (uvicorn's protocol object holds it; ASGI has
+    no abort of its own). On a server without one the guard cancels the stream's task."""
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    abort = getattr(transport, "abort", None)
+    return {**scope, ABORT_SCOPE_KEY: abort} if callable(abort) else scope
 
 
 def _wsgi_application() -> Any:
@@ -74,6 +87,6 @@ async def application(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "http" and scope["path"] == STREAM_PATH:
         # No Django middleware traces the stream: its span is made here, its token redacted.
         with asgi_request_span(scope) as recording:
-            await stream(scope, receive, recording(send))
+            await stream(_with_abort(scope, send), receive, recording(send))
     else:
         await site(scope, receive, send)

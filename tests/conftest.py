@@ -164,11 +164,14 @@ def _clear_cache() -> Iterator[None]:
 
 def _embedded_state_reset() -> None:
     from notifications import circuit, concurrency, ratelimit
+    from notifications.inbox import slots
     from notifications.services.policy import caps
 
     caps._local = caps._LocalLog()
     circuit._local = circuit._LocalCircuits()
-    concurrency._local = concurrency._LocalTurns()
+    concurrency._local = concurrency.LocalTurns()
+    slots._local = concurrency.LocalTurns()
+    slots.process_streams.held = 0
     ratelimit._local = ratelimit._LocalReserver()
 
 

@@ -32,6 +32,12 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def stream_ticket(base_url: str, token: str) -> str:
+    answer = requests.post(f"{base_url}/api/v1/inbox/stream/tickets", headers=bearer(token), timeout=10)
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["ticket"])
+
+
 def deliver_item(client: ApiClient, user_id: str, title: str = "Hello", **fields: Any) -> InboxItem:
     """An item as the in_app provider makes it, for a notification that need not exist."""
     item, made = inbox_item_deliver(
@@ -60,14 +66,17 @@ class SseEvent:
 class SseReader:
     """Follows GET /inbox/stream in a thread; events land in ``events`` (a queue) as they arrive."""
 
-    def __init__(self, url: str, *, token: str, last_event_id: int | None = None) -> None:
+    def __init__(self, url: str, *, token: str = "", ticket: str = "", last_event_id: int | None = None) -> None:
         headers = {"Accept": "text/event-stream"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
-        self.response = requests.get(url, params={"token": token}, headers=headers, stream=True, timeout=(5, 60))
+        params = {"ticket": ticket} if ticket else {"token": token}
+        self.response = requests.get(url, params=params, headers=headers, stream=True, timeout=(5, 60))
         assert self.response.status_code == 200, self.response.text
         self.events: queue.Queue[SseEvent] = queue.Queue()
         self.comments: list[str] = []
+        # Set when the server has ended the stream (or the test closed it).
+        self.ended = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
 
@@ -90,6 +99,8 @@ class SseReader:
                     fields = {}
         except (requests.RequestException, AttributeError, ValueError):
             pass  # closed by the test
+        finally:
+            self.ended.set()
 
     def next(self, timeout: float = 5.0) -> SseEvent:
         return self.events.get(timeout=timeout)

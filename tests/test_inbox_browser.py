@@ -6,6 +6,7 @@ read in one tab updates the badge in another; all under the Content-Security-Pol
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,3 +81,48 @@ def test_a_notification_appears_within_a_second_and_a_read_in_one_tab_updates_th
         problems.extend(page.evaluate("window.__cspViolations"))
     assert appeared < 1.0, f"the item appeared after {appeared:.2f}s"
     assert problems == []
+
+
+def test_the_widget_reopens_its_stream_with_a_ticket_and_its_last_event_id_after_its_token_is_renewed(
+    browser: Browser,  # noqa: F811
+    demo: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    base_url, client_token = demo
+    page = browser.new_context().new_page()
+    problems: list[str] = []
+    watch(page, problems)
+    streams: list[str] = []
+    page.on("request", lambda request: streams.append(request.url) if "/api/v1/inbox/stream?" in request.url else None)
+    page.goto(f"{base_url}/inbox/demo/?user=ann")
+    expect(page.locator("ntf-inbox .state")).to_have_text("live", timeout=10_000)
+
+    def accept(subject: str) -> None:
+        answer = requests.post(
+            f"{base_url}/api/v1/notifications",
+            json={"user_id": "ann", "channel": "in_app", "subject": subject, "message": "m"},
+            headers={"Authorization": f"Bearer {client_token}"},
+            timeout=10,
+        )
+        assert answer.status_code == 202, answer.text
+
+    accept("first")
+    expect(page.locator("ntf-inbox .badge")).to_have_text("1", timeout=5000)
+    with sqlite3.connect(tmp_path / "db.sqlite3") as database:
+        (last_seen,) = database.execute("SELECT max(id) FROM notifications_inboxevent WHERE user_id = 'ann'").fetchone()
+    revoked = requests.delete(
+        f"{base_url}/api/v1/inbox/tokens",
+        params={"user_id": "ann"},
+        headers={"Authorization": f"Bearer {client_token}"},
+        timeout=10,
+    )
+    assert revoked.status_code == 204
+    accept("while it renews its token")
+
+    expect(page.locator("ntf-inbox .badge")).to_have_text("2", timeout=10_000)
+    expect(page.locator("ntf-inbox .state")).to_have_text("live")
+    assert len(streams) >= 2, streams
+    assert all("ticket=" in url and "token=" not in url for url in streams), streams
+    assert f"last_event_id={last_seen}" in streams[1], (last_seen, streams)
+    problems.extend(page.evaluate("window.__cspViolations"))
+    assert [problem for problem in problems if "401" not in problem] == []

@@ -196,7 +196,7 @@ def test_another_users_item_is_not_found(client_and_token: tuple[ApiClient, str]
 
 
 def test_a_stream_sends_what_its_wake_ups_carried_only_when_they_follow_its_last_event() -> None:
-    from notifications.api.inbox.stream import _told
+    from notifications.api.inbox.stream_events import told_events as _told
     from notifications.inbox.live import Told
 
     first, second = Told(10, [(11, "item.created", {}), (12, "counts", {})]), Told(12, [(13, "counts", {})])

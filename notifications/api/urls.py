@@ -36,6 +36,7 @@ urlpatterns = [
     path("inbox/counts", inbox.InboxCountsView.as_view(), name="inbox-counts"),
     path("inbox/bulk", inbox.InboxBulkView.as_view(), name="inbox-bulk"),
     path("inbox/stream", inbox_stream.inbox_stream, name="inbox-stream"),
+    path("inbox/stream/tickets", inbox.InboxStreamTicketsView.as_view(), name="inbox-stream-tickets"),
     path("client", client.ClientView.as_view(), name="client-detail"),
     path("client/webhook-secret", client.ClientWebhookSecretView.as_view(), name="client-webhook-secret"),
     path("test/messages", captured.CapturedMessageCollectionView.as_view(), name="test-messages"),

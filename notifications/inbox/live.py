@@ -8,6 +8,12 @@ numbered in the order they committed. So a wake-up lost, doubled or late loses o
 and the usual one costs no query. Between processes (a worker delivers, a web process streams)
 wake-ups go through one Redis pub/sub channel that each streaming process subscribes to once; on
 the embedded default (no Redis) they stay in the one process.
+
+A wake-up can also say a user's tokens, or all the tokens of a client (rotated or revoked), were
+revoked: each stream it reaches checks its own token (api/inbox/stream_guard.py), even one whose
+reader has stopped reading; a client's says before when, so its streams need no query to decide. What a stream was told waits in a list of at most MAX_TOLD entries;
+past that they collapse to one "read the database" (a reader that does not keep up costs a read,
+not memory). After a lost subscription every stream reads again, spread over RESYNC_SPREAD.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..connections import redis_client, redis_key_prefix, redis_pubsub_client
@@ -29,6 +38,16 @@ RESUBSCRIBE_BASE_SECONDS = 0.5
 RESUBSCRIBE_CAP_SECONDS = 10.0
 # A wake-up whose events would make a longer message carries none (its streams read them).
 MAX_MESSAGE_BYTES = 16 * 1024
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Later than any token's issue (epoch ms): a revoked client's streams all end.
+EVERY_TOKEN_MS = 2**53
+# Wake-ups a stream keeps while it is busy (sending, or blocked on a reader that does not read);
+# past them it reads the database once instead.
+MAX_TOLD = 64
+# After a lost subscription the streams read again at most this many a second, and within at
+# most RESYNC_SPREAD_MAX_SECONDS: 2,000 streams spread over 10 s rather than 2,000 reads at once.
+RESYNC_READS_PER_SECOND = 200.0
+RESYNC_SPREAD_MAX_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,11 @@ def user_key(client_id: Any, user_id: str) -> str:
     return f"{client_id}:{user_id}"
 
 
+def resync_spread_seconds(streams: int) -> float:
+    """Over how long the streams of a process read again after a lost subscription."""
+    return min(RESYNC_SPREAD_MAX_SECONDS, streams / RESYNC_READS_PER_SECOND)
+
+
 def pubsub_channel() -> str:
     return f"{redis_key_prefix()}:inbox:wake"
 
@@ -53,18 +77,37 @@ class Waiter:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
-        # Set with a wake-up that says the user's tokens were revoked: the stream checks its own.
-        self.revoked = False
+        # Called on the loop with a wake-up that says the user's (or the client's) tokens were
+        # revoked, whether or not the stream is sending: with the moment (epoch ms) before which
+        # the client's tokens are refused when the wake-up says it (a client rotated or revoked:
+        # the guard decides without a query), else None (the guard checks its token).
+        self.on_revoked: Callable[[int | None], None] | None = None
         # What the wake-ups since the stream last looked carried (None: one that carried nothing).
         self.told: list[Told | None] = []
 
-    def wake(self, told: Told | None = None, *, revoked: bool = False) -> None:
+    def wake(self, told: Told | None = None, *, revoked: bool = False, delay: float = 0.0) -> None:
         with contextlib.suppress(RuntimeError):  # its loop has closed: the stream is gone
-            self.loop.call_soon_threadsafe(self._woken, told, revoked)
+            if delay > 0:
+                self.loop.call_soon_threadsafe(self.loop.call_later, delay, self._woken, told, revoked)
+            else:
+                self.loop.call_soon_threadsafe(self._woken, told, revoked)
+
+    def revoke(self, *, issued_before: int) -> None:
+        """The stream's client refuses its tokens issued before ``issued_before`` (epoch ms)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._revoked, issued_before)
+
+    def _revoked(self, issued_before: int | None) -> None:
+        if self.on_revoked is not None:
+            self.on_revoked(issued_before)
 
     def _woken(self, told: Told | None, revoked: bool) -> None:
-        self.revoked = self.revoked or revoked
-        self.told.append(told)
+        if revoked:
+            self._revoked(None)
+        if len(self.told) >= MAX_TOLD:
+            self.told = [None]  # the reader is behind: one read catches it up
+        else:
+            self.told.append(told)
         self.event.set()
 
 
@@ -103,15 +146,30 @@ class Hub:
         for waiter in waiters:
             waiter.wake(told, revoked=revoked)
 
+    def notify_client(self, client_id: Any, *, issued_before: int) -> None:
+        """Every stream of the client's users whose token was issued before ``issued_before``
+        (epoch ms) ends: the client was rotated or revoked then."""
+        prefix = user_key(client_id, "")
+        with self._lock:
+            waiters = [waiter for key, group in self._waiters.items() if key.startswith(prefix) for waiter in group]
+        for waiter in waiters:
+            waiter.revoke(issued_before=issued_before)
+
     def notify_all(self) -> None:
+        """Every stream reads again and checks its token (after an outage a revocation may have
+        been missed too), spread out at random so that the database is not read by all at once."""
         with self._lock:
             waiters = [waiter for group in self._waiters.values() for waiter in group]
+        spread = resync_spread_seconds(len(waiters))
         for waiter in waiters:
-            waiter.wake(revoked=True)  # after an outage a revocation may have been missed too
+            waiter.wake(revoked=True, delay=random.uniform(0, spread))
 
     def _notify_message(self, data: Any) -> None:
         try:
             body = json.loads(data)
+            if "c" in body:
+                self.notify_client(body["c"], issued_before=int(body["b"]))
+                return
             told = Told(int(body["p"]), [tuple(event) for event in body["e"]]) if "e" in body else None
             self.notify(str(body["k"]), told, revoked=bool(body.get("r")))
         except (ValueError, KeyError, TypeError):
@@ -176,3 +234,25 @@ def wake(*, client_id: Any, user_id: str, told: Told | None = None, revoked: boo
     except Exception as exc:  # the change is committed: a stream finds it at its next wake-up
         logger.warning("inbox wake-up not published (%s)", exc.__class__.__name__)
         hub.notify(key, told, revoked=revoked)
+
+
+def epoch_ms(moment: datetime) -> int:
+    """Whole milliseconds since the epoch, as inbox tokens carry them (integer arithmetic: a
+    float's rounding would move a token across a revocation's millisecond)."""
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def wake_client(*, client_id: Any, issued_before: datetime | None) -> None:
+    """End every stream of the client's users whose token was issued before ``issued_before``
+    (None: every one), in every process: the client was rotated (or revoked) then. Called after
+    that change has committed."""
+    issued_before_ms = EVERY_TOKEN_MS if issued_before is None else epoch_ms(issued_before)
+    redis = redis_client()
+    if redis is None:
+        hub.notify_client(client_id, issued_before=issued_before_ms)
+        return
+    try:
+        redis.publish(pubsub_channel(), json.dumps({"c": client_id, "b": issued_before_ms}))
+    except Exception as exc:  # Redis is down: every stream checks its token once it is subscribed again
+        logger.warning("inbox client revocation not published (%s)", exc.__class__.__name__)
+        hub.notify_client(client_id, issued_before=issued_before_ms)

@@ -235,6 +235,34 @@ APP_OPTIONS: tuple[Option, ...] = (
             minimum=60,
         ),
         Option(
+            "INBOX_STREAMS_PER_USER",
+            int,
+            5,
+            "live inbox streams one user may hold open at once, over every process (more: 429)",
+            minimum=1,
+        ),
+        Option(
+            "INBOX_STREAMS_PER_CLIENT",
+            int,
+            10000,
+            "live inbox streams the users of one API client may hold open at once, over every process (more: 429)",
+            minimum=1,
+        ),
+        Option(
+            "INBOX_STREAMS_PER_PROCESS",
+            int,
+            4000,
+            "live inbox streams one web process holds at most (about 53 KB and a file descriptor each; more: 429)",
+            minimum=1,
+        ),
+        Option(
+            "INBOX_STREAM_SEND_TIMEOUT_SECONDS",
+            float,
+            30.0,
+            "an inbox stream whose reader has not taken an event for this long is closed",
+            minimum=1,
+        ),
+        Option(
             "INBOX_DEMO", bool, False, "serve the demo page `/inbox/demo/` without DEBUG too (with DEBUG it is always served)"
         ),
     ),

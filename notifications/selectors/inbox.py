@@ -108,3 +108,9 @@ def inbox_counts_and_last_event(*, client_id: Any, user_id: str) -> tuple[InboxC
         .first()
     )
     return (InboxCounts(*row[:3]), int(row[3])) if row else (InboxCounts(), 0)
+
+
+def inbox_event_kept(*, client_id: Any, user_id: str, event_id: int) -> bool:
+    """Whether the user's event ``event_id`` is still kept (a resume from one purged since, or
+    never the user's, cannot be answered event by event)."""
+    return InboxEvent.objects.filter(client_id=client_id, user_id=user_id, id=event_id).exists()

@@ -1,5 +1,6 @@
-"""Inbox user tokens on requests (``Authorization: Bearer``, or ``?token=`` where EventSource cannot
-set a header), and CORS for the origins each client allows (``inbox_allowed_origins``).
+"""Inbox user tokens on requests (``Authorization: Bearer`` only: a token in a URL is recorded by
+proxies and traces; the stream, which EventSource opens without headers, takes a one-use ticket or
+``?token=`` itself, stream.py), and CORS for the origins each client allows (``inbox_allowed_origins``).
 
 A client token is refused here (401): the inbox endpoints act for one user, and a client token
 would act for all of them. A preflight carries no token, so it is answered for an origin that any
@@ -27,7 +28,7 @@ from ...services.inbox import InboxUser, inbox_token_verify
 INBOX_PREFIX = "/api/v1/inbox/"
 # POST/DELETE /inbox/tokens is called by the client's server with its client token: no CORS.
 TOKENS_PATH = "/api/v1/inbox/tokens"
-# A token in the query string is for EventSource; longer than any token this platform makes.
+# Longer than any token or ticket this platform makes.
 MAX_TOKEN_LENGTH = 2048
 # How long a process trusts its list of every client's allowed origins (for preflights only).
 ORIGINS_CACHE_SECONDS = 5.0
@@ -35,18 +36,18 @@ PREFLIGHT_MAX_AGE = "600"
 
 
 def request_token(request: HttpRequest) -> str:
-    """The token of an inbox request: the Authorization header's, else ``?token=``; "" for none."""
+    """The token of an inbox request's Authorization header; "" for none (``?token=`` is not read)."""
     header = request.headers.get("Authorization", "").split()
     if len(header) == 2 and header[0].lower() in ("bearer", "token"):
         return header[1][:MAX_TOKEN_LENGTH]
-    return request.GET.get("token", "")[:MAX_TOKEN_LENGTH]
+    return ""
 
 
 class InboxUserAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[InboxUser, str] | None:
         token = request_token(request._request)
         if not token:
-            raise exceptions.NotAuthenticated("an inbox user token is required (Authorization: Bearer, or ?token=)")
+            raise exceptions.NotAuthenticated("an inbox user token is required in Authorization: Bearer")
         try:
             user = inbox_token_verify(token)
         except TokenRefused as exc:
@@ -66,7 +67,7 @@ class InboxUserScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untype
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "An inbox user token from POST /api/v1/inbox/tokens (or ?token= for EventSource).",
+            "description": "An inbox user token from POST /api/v1/inbox/tokens, in Authorization: Bearer.",
         }
 
 

@@ -1,5 +1,5 @@
-"""The inbox API: user tokens (with the client's token), and a user's feed, counts and marks (with
-the user's token). The live stream is inbox_stream.py."""
+"""The inbox API: user tokens (with the client's token), and a user's feed, counts, marks and stream
+tickets (with the user's token). The live stream is stream.py."""
 
 from __future__ import annotations
 
@@ -36,8 +36,15 @@ class InboxTokenSerializer(RefusesUnknownFields, serializers.Serializer):  # typ
 
 
 class InboxTokenIssuedSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    token = serializers.CharField(help_text="Give it to the user's page: Authorization: Bearer, or ?token= for EventSource.")
+    token = serializers.CharField(
+        help_text="Give it to the user's page: Authorization: Bearer (the stream: a ticket made with it, or ?token=)."
+    )
     expires_at = serializers.DateTimeField()
+
+
+class StreamTicketSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    ticket = serializers.CharField(help_text="Open GET /api/v1/inbox/stream?ticket= with it, once.")
+    expires_at = serializers.DateTimeField(help_text="It opens no stream after this (a minute at most).")
 
 
 class InboxCountsSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -74,7 +81,6 @@ class InboxFeedQuerySerializer(RefusesUnknownFields, serializers.Serializer):  #
     thread = StrictCharField(max_length=255, required=False, default="")
     cursor = StrictCharField(max_length=200, required=False, default="")
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=20)
-    token = StrictCharField(max_length=2048, required=False, help_text="The user token, where a header cannot be set.")
 
 
 class InboxBulkSerializer(RefusesUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
@@ -138,6 +144,24 @@ class InboxTokensView(APIView):
             raise serializers.ValidationError({"user_id": ["give the user_id, 1 to 255 characters"]})
         inbox_services.inbox_tokens_revoke(client=_client(request), user_id=user_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InboxStreamTicketsView(InboxUserView):
+    @api_operation(
+        "inbox_stream_ticket_create",
+        {201: StreamTicketSerializer, **USER_TOKEN_ANSWERS},
+        summary="Make a ticket that opens the user's stream",
+        description="A one-use ticket for GET /api/v1/inbox/stream?ticket=, good for a minute: EventSource cannot "
+        "send a header, and a ticket in a URL is worth nothing once used, where a token would be. The stream it opens "
+        "ends when the token it was made with expires or is revoked. No body.",
+    )
+    def post(self, request: Request) -> Response:
+        ticket, expires_at = inbox_services.inbox_stream_ticket_issue(user=_user(request))
+        return Response(
+            {"ticket": ticket, "expires_at": expires_at.isoformat().replace("+00:00", "Z")},
+            status=status.HTTP_201_CREATED,
+            headers={"Cache-Control": "no-store"},
+        )
 
 
 class InboxItemsView(InboxUserView):

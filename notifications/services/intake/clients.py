@@ -14,6 +14,7 @@ from ...errors import (
     NotFound,
     ValidationFailed,
 )
+from ...inbox.live import wake_client
 from ...locales import locale_normalize
 from ...models import (
     ApiClient,
@@ -88,28 +89,43 @@ def api_client_test_token_issue(*, name: str) -> tuple[ApiClient, str]:
         test = ApiClient.objects.filter(live_client=live).first()
         if test is None:
             test = ApiClient(name=live.name, is_test=True, live_client=live, webhook_secret=webhook_secret_generate())
-        token = test.set_new_token()
-        if test.pk is not None:
-            test.token_rotated_at = timezone.now()
-        test.is_active = True
-        test.save()
-        api_client_changed()  # the previous test token ends now in this process, once this commits in every one
+        if test.pk is None:
+            token = test.set_new_token()
+            test.save()
+            api_client_changed()
+        else:
+            test.is_active = True
+            token = api_client_rotate_token(client=test, update_fields=("is_active",))
     return test, token
 
 
-def api_client_rotate_token(*, client: ApiClient) -> str:
+def api_client_rotate_token(*, client: ApiClient, update_fields: tuple[str, ...] = ()) -> str:
+    """Give the client a new token (returned, shown once). The old one ends, and with it every
+    inbox user token and stream ticket it made: they are refused from now on, and the streams open
+    with them close in every process. The admin's action, `create_api_client --rotate`, a new
+    test token and the demo's bootstrap all rotate here."""
     token = client.set_new_token()
     client.token_rotated_at = timezone.now()
-    client.save(update_fields=["token_hash", "token_prefix", "token_rotated_at"])
+    client.save(update_fields=["token_hash", "token_prefix", "token_rotated_at", *update_fields])
     api_client_changed()  # the old token ends now in this process, once this commits in every one
+    rotated_at = client.token_rotated_at
+    transaction.on_commit(lambda: wake_client(client_id=client.pk, issued_before=rotated_at))
     return token
 
 
 def api_client_revoke(*, client: ApiClient) -> None:
-    """Revoke the client's token, and its test mode's with a live client's."""
-    ApiClient.objects.filter(Q(pk=client.pk) | Q(live_client=client)).update(is_active=False)
+    """Revoke the client's token, and its test mode's with a live client's; their inbox user
+    tokens are refused from now on and their open streams close, in every process."""
+    revoked = list(ApiClient.objects.filter(Q(pk=client.pk) | Q(live_client=client)).values_list("pk", flat=True))
+    ApiClient.objects.filter(pk__in=revoked).update(is_active=False)
     client.is_active = False
     api_client_changed()
+    transaction.on_commit(lambda: _wake_clients(revoked))
+
+
+def _wake_clients(client_ids: list[int]) -> None:
+    for client_id in client_ids:
+        wake_client(client_id=client_id, issued_before=None)  # inactive: every token it made is refused
 
 
 RECIPIENT_FIELDS = ("email", "phone", "push_tokens", "webhook_url", "locale", "timezone", "quiet_hours")

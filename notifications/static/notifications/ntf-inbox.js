@@ -8,8 +8,11 @@
  * POST /api/v1/inbox/tokens), token-url (optional: a URL of your own site answering {"token"},
  * fetched when the token expires or is revoked), page-size (default 20).
  * It shows a bell with the unread count, the list (mark read, archive, mark all read) and follows
- * GET /api/v1/inbox/stream with EventSource, which resumes with Last-Event-ID on its own; when the
- * stream is refused (an expired token) it fetches a new token and reconnects with a backoff.
+ * GET /api/v1/inbox/stream with EventSource, opened with a one-use ticket (POST
+ * /api/v1/inbox/stream/tickets, so no token is ever in a URL) and the id of the last event it got:
+ * after a drop, a refusal or a new token it reopens where it left off, with a new ticket (a
+ * refused token is renewed first) and a backoff. A `reset` event (it was away longer than the
+ * server keeps events) reloads the list.
  * Styles are a constructed stylesheet (no inline style, so a strict Content-Security-Policy holds);
  * every text from the API is set as text, never as HTML.
  */
@@ -97,6 +100,7 @@ class NtfInbox extends HTMLElement {
   attributeChangedCallback(name, before, after) { if (this.isConnected && before !== after && before !== null) this.start(); }
 
   stop() {
+    this.generation = (this.generation || 0) + 1;  // a follow() still fetching its ticket opens nothing
     if (this.source) this.source.close();
     this.source = null;
     clearTimeout(this.retryTimer);
@@ -105,8 +109,9 @@ class NtfInbox extends HTMLElement {
   async start() {
     this.stop();
     if (!this.token) return this.setState("no token");
-    await this.load();
-    this.follow();
+    // The list is loaded once; after that the stream's events (from lastEventId) keep it current.
+    if (this.lastEventId === undefined) await this.load();
+    await this.follow();
   }
 
   setState(text) { this.state.textContent = text; }
@@ -147,27 +152,45 @@ class NtfInbox extends HTMLElement {
     }
   }
 
-  follow() {
-    const url = `${this.api}/api/v1/inbox/stream?token=${encodeURIComponent(this.token)}`;
-    const source = new EventSource(url);
+  async follow() {
+    const generation = this.generation;
+    let ticket;
+    try {
+      ticket = (await this.request("/api/v1/inbox/stream/tickets", { method: "POST" })).ticket;
+    } catch (error) {
+      // A refused token was renewed by request(), and the new token restarted the component.
+      if (generation === this.generation) this.retry();
+      return;
+    }
+    if (generation !== this.generation) return;
+    const resume = this.lastEventId ? `&last_event_id=${encodeURIComponent(this.lastEventId)}` : "";
+    const source = new EventSource(`${this.api}/api/v1/inbox/stream?ticket=${encodeURIComponent(ticket)}${resume}`);
     this.source = source;
+    const on = (type, handle) => source.addEventListener(type, (event) => {
+      if (event.lastEventId) this.lastEventId = event.lastEventId;
+      handle(JSON.parse(event.data));
+    });
     source.addEventListener("open", () => { this.retryMs = RETRY_MIN_MS; this.setState("live"); });
-    source.addEventListener("item.created", (event) => this.upsert(JSON.parse(event.data)));
-    source.addEventListener("item.updated", (event) => this.upsert(JSON.parse(event.data)));
-    source.addEventListener("counts", (event) => {
-      const counts = JSON.parse(event.data);
+    on("item.created", (item) => this.upsert(item));
+    on("item.updated", (item) => this.upsert(item));
+    on("counts", (counts) => {
       this.setCounts(counts);
       if (counts.resync) this.load();
     });
+    on("reset", (counts) => { this.setCounts(counts); this.load(); });
     source.addEventListener("error", () => {
-      // EventSource reconnects by itself (with Last-Event-ID) after a dropped connection; it gives
-      // up only on a refusal (401, an expired or revoked token): then a new token, with a backoff.
-      if (source.readyState !== EventSource.CLOSED) return this.setState("reconnecting");
-      this.setState("offline");
-      clearTimeout(this.retryTimer);
-      this.retryTimer = setTimeout(async () => { await this.renewToken(); this.start(); }, this.retryMs);
-      this.retryMs = Math.min(this.retryMs * 2, RETRY_MAX_MS);
+      // A ticket opens one stream: EventSource's own reconnect would be refused, so every drop
+      // or refusal reopens here, with a new ticket and the last event id, after a backoff.
+      source.close();
+      this.retry();
     });
+  }
+
+  retry() {
+    this.setState("reconnecting");
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => this.start(), this.retryMs);
+    this.retryMs = Math.min(this.retryMs * 2, RETRY_MAX_MS);
   }
 
   async renewToken() {
