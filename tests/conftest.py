@@ -14,6 +14,7 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 from django.core.cache import cache
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from rest_framework.test import APIClient
 
 from notifications.models import ApiClient
@@ -201,6 +202,11 @@ def api(client_and_token: tuple[ApiClient, str]) -> APIClient:
 def broker() -> Iterator[dramatiq.Broker]:
     """The real RabbitMQ broker of this run's vhost, emptied before and after the test."""
     broker = dramatiq.get_broker()
+    # This thread's connection may have sat unused through other tests longer than RabbitMQ's
+    # heartbeat timeout (a blocking connection answers heartbeats only when used), and been closed
+    # by the server: each test starts on a fresh one (dramatiq's own deleter closes the old).
+    if isinstance(broker, RabbitmqBroker):
+        del broker.connection
     broker.flush_all()
     yield broker
     broker.flush_all()

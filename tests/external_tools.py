@@ -26,6 +26,7 @@ EXTERNAL_TOOLS: dict[str, str] = {
     "chromium": "scripts/browser.sh",  # Debian's chromium, driven by Playwright: the browser tests
     # The machine's services and their clients: the fault tests start their own nodes with them.
     "pg_isready": "scripts/services.sh",
+    "pg_ctlcluster": "scripts/services.sh",
     "redis-cli": "scripts/services.sh",
     "redis-server": "scripts/services.sh",
     "rabbitmqctl": "scripts/services.sh",
@@ -38,7 +39,7 @@ BASE_COMMANDS: dict[str, str] = {
     "uname": "coreutils: the standard library's platform.processor() runs `uname -p`",
 }
 
-VENV_BIN = Path(sys.prefix) / "bin"
+VENV = Path(sys.prefix)
 
 
 def _command_path(executable: object, args: object) -> str:
@@ -53,8 +54,9 @@ def _command_path(executable: object, args: object) -> str:
 
 
 def is_this_python(path: str) -> bool:
-    """This venv's interpreter or one of its scripts: what `make install` brings."""
-    if Path(path).parent == VENV_BIN:
+    """This venv's interpreter, or any program inside the venv (its scripts, Playwright's driver):
+    what `make install` brings."""
+    if Path(path).is_relative_to(VENV):
         return True
     return os.path.realpath(path) == os.path.realpath(sys.executable)
 

@@ -169,7 +169,7 @@ def test_threads_share_the_pool_and_each_gets_its_own_render(db: None) -> None:
             max_bytes=1000,
             what="the template's render",
         )
-        results[n] = template_job_run(job)[1]
+        results[n] = template_job_run(job, owner=f"client:{n}")[1]
 
     threads = [threading.Thread(target=render, args=(n,)) for n in range(12)]
     for thread in threads:
@@ -190,3 +190,65 @@ def test_the_store_time_check_runs_in_the_sandbox_and_refuses_with_a_400_naming_
     assert (response.json()["error"]["code"], response.json()["error"]["field"]) == ("invalid", "variants[0].body")
     pool = current_sandbox()
     assert pool is not None and pool.limits.processes == 2 and pool.started >= 1  # the default
+
+
+def _loop_job(seconds: float) -> Any:
+    """A render that takes its whole budget of ``seconds``: 9 million loop steps, stopped there."""
+    from notifications.services.policy.template_render import PartsRender
+
+    return PartsRender(
+        sources=["", "{% for x in a %}{% for y in a %}{% endfor %}{% endfor %}", ""],
+        html=[False, False, True],
+        data={"a": list(range(3000))},
+        seconds=seconds,
+        remaining_seconds=seconds,
+        max_bytes=1000,
+        what="the template's render",
+    )
+
+
+@override_notifications(TEMPLATE_SANDBOX_PROCESSES=2)
+def test_one_clients_renders_that_take_their_whole_budget_leave_a_sandbox_process_to_another_client(db: None) -> None:
+    from notifications.errors import RenderLimitExceeded
+    from notifications.services.policy.render_sandbox import template_job_run
+    from notifications.services.policy.template_render import PartsRender
+
+    quick = PartsRender(
+        sources=["", "{{ n }}", ""],
+        html=[False, False, True],
+        data={"n": 1},
+        seconds=1.0,
+        remaining_seconds=1.0,
+        max_bytes=1000,
+        what="the template's render",
+    )
+    # Both processes started first (a start is Django's set-up), so the wait below is only for turns.
+    warm = [threading.Thread(target=template_job_run, args=(quick,), kwargs={"owner": f"client:{n}"}) for n in (8, 9)]
+    for thread in warm:
+        thread.start()
+    for thread in warm:
+        thread.join(timeout=60)
+    pool = current_sandbox()
+    assert pool is not None and pool.started == 2
+
+    stopped: list[str] = []
+
+    def hostile() -> None:
+        try:
+            template_job_run(_loop_job(2.0), owner="client:1")
+        except RenderLimitExceeded as exc:
+            stopped.append(exc.message)
+
+    flood = [threading.Thread(target=hostile) for _ in range(4)]
+    for thread in flood:
+        thread.start()
+    wait_until(lambda: pool.busy_owners().get("client:1", 0) >= 1, timeout=10, message="the flood's first render running")
+
+    assert template_job_run(quick, owner="client:2")[1] == "1"
+    # Served on the process the flood left free, not after one of the flood's 2 s renders.
+    stopped_before_served = len(stopped)
+
+    for thread in flood:
+        thread.join(timeout=60)
+    assert stopped_before_served == 0
+    assert len(stopped) == 4 and pool.busy_owners() == {}

@@ -87,7 +87,7 @@ def measured(call: Callable[[], Any]) -> tuple[Any, float, int]:
 
 def test_each_attack_is_within_the_bounds_a_template_is_checked_against_when_stored() -> None:
     for name, attack in ATTACKS.items():
-        template_source_check(OPEN + attack + CLOSE, field=name)  # raises ValidationFailed when refused
+        template_source_check(OPEN + attack + CLOSE, field=name, owner="client:1")  # raises ValidationFailed when refused
 
 
 @pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())

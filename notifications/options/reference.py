@@ -36,15 +36,20 @@ def shown_default(option: Option) -> str:
     return f"`{text}`" if text else ("none" if option.kind is tuple else "unset")
 
 
+def _bound(value: float) -> str:
+    """A bound as written: a whole number in full (16777216, not 1.67772e+07)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def allowed_values(option: Option) -> str:
     if option.kind is bool:
         return "`true` or `false`"
     if option.kind in (int, float):
         noun = "whole number" if option.kind is int else "number"
         if option.minimum is not None and option.maximum is not None:
-            return f"{noun}, {option.minimum:g} to {option.maximum:g}"
+            return f"{noun}, {_bound(option.minimum)} to {_bound(option.maximum)}"
         if option.minimum is not None:
-            return f"{noun} ≥ {option.minimum:g}"
+            return f"{noun} ≥ {_bound(option.minimum)}"
         return noun
     if option.kind is tuple:
         return "comma-separated"

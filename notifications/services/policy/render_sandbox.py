@@ -5,6 +5,7 @@ The cooperative budget stops what it knows of; this stops what it does not (issu
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -39,9 +40,11 @@ _ERRORS: dict[str, type[NotificationError]] = {
 }
 
 
-def template_job_run(job: TemplateJob) -> list[str]:
+def template_job_run(job: TemplateJob, *, owner: str) -> list[str]:
     """What ``job`` returns (a render's parts; nothing for a check), run in the sandbox when it is
-    on; its domain errors raised here as they were there."""
+    on; its domain errors raised here as they were there. ``owner`` (``client:<id>``, or
+    ``platform``): whose template it is, so that one client's slow renders never hold every
+    process of the pool (RenderSandbox)."""
     config = get_config()
     if config.template_sandbox_processes == 0:
         try:
@@ -53,7 +56,7 @@ def template_job_run(job: TemplateJob) -> list[str]:
         memory_bytes=config.template_sandbox_memory_bytes,
         cpu_seconds=config.template_sandbox_cpu_seconds,
     )
-    return _sandbox(limits).run(job)
+    return _sandbox(limits).run(job, owner=owner)
 
 
 @dataclass(frozen=True)
@@ -157,18 +160,24 @@ def _frame(value: Any) -> bytes:
 class RenderSandbox:
     """At most ``limits.processes`` sandbox processes, started when first needed, each running one
     job at a time for any thread of this process; a thread waits for a free one (every job ends
-    within the wall timeout). A process that dies or is killed is replaced by the next job's."""
+    within the wall timeout). A process that dies or is killed is replaced by the next job's.
+
+    One owner's jobs hold at most ``per_owner`` processes at once (all but one, when there are
+    two or more): a client whose templates each take their whole budget, sent from every thread,
+    waits for its own jobs and leaves a process to everyone else's."""
 
     def __init__(self, limits: SandboxLimits):
         self.limits = limits
+        self.per_owner = max(1, limits.processes - 1)
         self.pid = os.getpid()
         self.started = 0
         self._idle: list[_SandboxProcess] = []
         self._running = 0
+        self._owners: collections.Counter[str] = collections.Counter()
         self._free = threading.Condition()
 
-    def run(self, job: TemplateJob) -> list[str]:
-        process = self._take()
+    def run(self, job: TemplateJob, *, owner: str) -> list[str]:
+        process = self._take(owner)
         kept = False
         try:
             answer = process.run(job, limits=self.limits)
@@ -179,17 +188,18 @@ class RenderSandbox:
                     self._idle.append(process)
                 else:
                     self._running -= 1
-                self._free.notify()
+                self._owner_done(owner)
         if "error" in answer:
             error = _ERRORS.get(answer["error"], TemplateRenderFailed)
             raise error(answer["message"], extra=answer["extra"])
         parts: list[str] = answer["parts"]
         return parts
 
-    def _take(self) -> _SandboxProcess:
+    def _take(self, owner: str) -> _SandboxProcess:
         with self._free:
-            while not self._idle and self._running >= self.limits.processes:
+            while self._owners[owner] >= self.per_owner or (not self._idle and self._running >= self.limits.processes):
                 self._free.wait()
+            self._owners[owner] += 1
             if self._idle:
                 return self._idle.pop()
             self._running += 1
@@ -198,10 +208,23 @@ class RenderSandbox:
         except BaseException:
             with self._free:
                 self._running -= 1
-                self._free.notify()
+                self._owner_done(owner)
             raise
         self.started += 1
         return process
+
+    def _owner_done(self, owner: str) -> None:
+        """One of ``owner``'s jobs let its process go (the condition's lock held)."""
+        self._owners[owner] -= 1
+        if not self._owners[owner]:
+            del self._owners[owner]
+        # Every waiter looks again: the one this frees may be waiting for its owner's turn.
+        self._free.notify_all()
+
+    def busy_owners(self) -> dict[str, int]:
+        """How many processes each owner's jobs hold now."""
+        with self._free:
+            return dict(self._owners)
 
     def idle_pids(self) -> list[int]:
         with self._free:

@@ -39,14 +39,19 @@ class RenderedMessage:
 # --- Saving -------------------------------------------------------------------------------------
 
 
-def template_source_check(source: str, *, field: str) -> None:
+def template_owner(client_id: int | None) -> str:
+    """Whose template work it is, for the render sandbox's turns: a client's, or the platform's."""
+    return "platform" if client_id is None else f"client:{client_id}"
+
+
+def template_source_check(source: str, *, field: str, owner: str) -> None:
     """ValidationFailed naming ``field`` when ``source`` does not compile, or uses what a template
     may not (template_bounds: its tags, filters, widths, counts, loops and nesting); checked in
     the render sandbox when it is on, since compiling is work a hostile source makes too."""
-    template_job_run(SourceCheck(source=source, field=field))
+    template_job_run(SourceCheck(source=source, field=field), owner=owner)
 
 
-def template_variants_check(variants: Any) -> list[dict[str, str]]:
+def template_variants_check(variants: Any, *, owner: str) -> list[dict[str, str]]:
     """The variants of a template, checked: a known channel, a locale, one variant per (channel,
     locale), a one-line subject, a body, HTML for email only, and each part compiling."""
     if not isinstance(variants, list) or not 1 <= len(variants) <= MAX_VARIANTS:
@@ -79,7 +84,7 @@ def template_variants_check(variants: Any) -> list[dict[str, str]]:
         if html_body and channel != "email":
             raise ValidationFailed(f"{field}.html_body is for email only", extra={"field": f"{field}.html_body"})
         for name, source in (("subject", subject), ("body", body), ("html_body", html_body)):
-            template_source_check(source, field=f"{field}.{name}")
+            template_source_check(source, field=f"{field}.{name}", owner=owner)
         checked.append({"channel": channel, "locale": locale, "subject": subject, "body": body, "html_body": html_body})
     return checked
 
@@ -87,7 +92,7 @@ def template_variants_check(variants: Any) -> list[dict[str, str]]:
 def template_replace(*, client: ApiClient, key: str, variants: Any) -> tuple[NotificationTemplate, bool]:
     """Create the client's template ``key`` or replace all its variants; True when created."""
     key_check(key, field="template", max_length=100)
-    checked = template_variants_check(variants)
+    checked = template_variants_check(variants, owner=template_owner(client.pk))
     with transaction.atomic():
         template = NotificationTemplate.objects.select_for_update().filter(client=client, key=key).first()
         created = template is None
@@ -125,7 +130,7 @@ def variant_pick(variants: Iterable[TemplateVariant], *, key: str, channel: str,
     )
 
 
-def variant_render(variant: TemplateVariant, *, key: str, data: dict[str, Any]) -> RenderedMessage:
+def variant_render(variant: TemplateVariant, *, key: str, data: dict[str, Any], owner: str) -> RenderedMessage:
     """Render a variant with ``data``: text parts without escaping, the HTML part autoescaped. A
     variable a part uses that ``data`` lacks is ValidationFailed naming it (``data.<name>``). The
     render stops itself at TEMPLATE_RENDER_SECONDS of work for the three parts, or a part's output
@@ -142,7 +147,7 @@ def variant_render(variant: TemplateVariant, *, key: str, data: dict[str, Any]) 
             max_bytes=budget.max_bytes,
             what=budget.what,
         )
-        subject, body, html_body = template_job_run(job)
+        subject, body, html_body = template_job_run(job, owner=owner)
     return RenderedMessage(
         # Folded to one line: a value with a line break must not become a second header.
         subject=" ".join(subject.split()),
@@ -178,7 +183,7 @@ def template_render(
     if variants is None:
         variants = template_variants_read(client=client, key=key, channel=channel)
     variant = variant_pick(variants, key=key, channel=channel, locale=locale)
-    return variant_render(variant, key=key, data=data)
+    return variant_render(variant, key=key, data=data, owner=template_owner(client.pk))
 
 
 def template_preview(*, client: ApiClient, key: str, channel: str, locale: str, data: dict[str, Any]) -> RenderedMessage:
@@ -196,7 +201,7 @@ def template_variant_preview(
 ) -> RenderedMessage:
     """A template's ``channel`` variant in ``locale`` (or its fallback) rendered with sample ``data``."""
     variant = variant_pick(template.variants.all(), key=template.key, channel=channel, locale=locale)
-    return variant_render(variant, key=template.key, data=preview_data(data))
+    return variant_render(variant, key=template.key, data=preview_data(data), owner=template_owner(template.client_id))
 
 
 def template_send_test(
