@@ -5,7 +5,9 @@ of a composed one: retry policies, the event consumer, the circuit breaker)."""
 from __future__ import annotations
 
 from ..channels.registry import CHANNEL_NAMES
+from .inbox import INBOX_OPTIONS
 from .option import THROTTLE_RATE, THROTTLE_RATE_FORM, Option, group
+from .templates import TEMPLATE_WORK_OPTIONS
 
 APP_OPTIONS: tuple[Option, ...] = (
     *group(
@@ -16,42 +18,6 @@ APP_OPTIONS: tuple[Option, ...] = (
             int,
             65536,
             "larger messages are refused with 400; a template's render stops once its output passes it",
-            minimum=1,
-        ),
-        Option(
-            "TEMPLATE_RENDER_SECONDS",
-            float,
-            1.0,
-            "work a message's render may do (subject, body and HTML part); past it: 400 `render_limit`",
-            minimum=0.001,
-        ),
-        Option(
-            "TEMPLATE_CACHE_BYTES",
-            int,
-            64 * 1024 * 1024,
-            "compiled templates a process keeps, by their measured size (the least recently used go first)",
-            minimum=0,
-        ),
-        Option(
-            "TEMPLATE_SANDBOX_PROCESSES",
-            int,
-            2,
-            "processes that render stored templates under OS limits, per web or worker process (0: in the process itself)",
-            minimum=0,
-            maximum=64,
-        ),
-        Option(
-            "TEMPLATE_SANDBOX_MEMORY_BYTES",
-            int,
-            256 * 1024 * 1024,
-            "address space a sandbox process may add past its start (RLIMIT_AS); past it, killed: `render_limit`",
-            minimum=16 * 1024 * 1024,
-        ),
-        Option(
-            "TEMPLATE_SANDBOX_CPU_SECONDS",
-            int,
-            3,
-            "CPU seconds one render may take in a sandbox process (RLIMIT_CPU); past it, killed: `render_limit`",
             minimum=1,
         ),
         Option(
@@ -91,6 +57,7 @@ APP_OPTIONS: tuple[Option, ...] = (
             minimum=1,
         ),
     ),
+    *TEMPLATE_WORK_OPTIONS,
     *group(
         "Delivery",
         Option(
@@ -218,54 +185,7 @@ APP_OPTIONS: tuple[Option, ...] = (
             "deprecated: also send the pre-Standard-Webhooks `X-Timestamp`/`X-Signature` headers",
         ),
     ),
-    *group(
-        "In-app inbox",
-        Option(
-            "INBOX_STREAM_HEARTBEAT_SECONDS",
-            float,
-            15.0,
-            "a heartbeat comment on every idle inbox stream this often",
-            minimum=0.1,
-        ),
-        Option(
-            "INBOX_EVENT_RETENTION_SECONDS",
-            float,
-            3600.0,
-            "how long inbox stream events are kept for a resume (`Last-Event-ID`)",
-            minimum=60,
-        ),
-        Option(
-            "INBOX_STREAMS_PER_USER",
-            int,
-            5,
-            "live inbox streams one user may hold open at once, over every process (more: 429)",
-            minimum=1,
-        ),
-        Option(
-            "INBOX_STREAMS_PER_CLIENT",
-            int,
-            10000,
-            "live inbox streams the users of one API client may hold open at once, over every process (more: 429)",
-            minimum=1,
-        ),
-        Option(
-            "INBOX_STREAMS_PER_PROCESS",
-            int,
-            4000,
-            "live inbox streams one web process holds at most (about 53 KB and a file descriptor each; more: 429)",
-            minimum=1,
-        ),
-        Option(
-            "INBOX_STREAM_SEND_TIMEOUT_SECONDS",
-            float,
-            30.0,
-            "an inbox stream whose reader has not taken an event for this long is closed",
-            minimum=1,
-        ),
-        Option(
-            "INBOX_DEMO", bool, False, "serve the demo page `/inbox/demo/` without DEBUG too (with DEBUG it is always served)"
-        ),
-    ),
+    *INBOX_OPTIONS,
     *group(
         "Providers and failover",
         *(
