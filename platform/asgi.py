@@ -26,9 +26,10 @@ from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.middleware.security import SecurityMiddleware  # noqa: E402
+from opentelemetry import trace  # noqa: E402
 
 from notifications.api.inbox.stream_guard import ABORT_SCOPE_KEY  # noqa: E402
-from notifications.tracing.request_targets import asgi_request_span  # noqa: E402
+from notifications.tracing.request_targets import asgi_request_span, status_recorded  # noqa: E402
 
 STREAM_PATH = "/api/v1/inbox/stream"
 
@@ -86,7 +87,8 @@ site = ThreadedWSGI(
 async def application(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "http" and scope["path"] == STREAM_PATH:
         # No Django middleware traces the stream: its span is made here, its token redacted.
-        with asgi_request_span(scope) as recording:
-            await stream(_with_abort(scope, send), receive, recording(send))
+        span = asgi_request_span(scope)
+        with trace.use_span(span, end_on_exit=True):
+            await stream(_with_abort(scope, send), receive, status_recorded(span, send))
     else:
         await site(scope, receive, send)

@@ -8,8 +8,7 @@ signatures, not these. Our request logs record the path without its query.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -70,25 +69,29 @@ def span_request_hook(span: Span, request: HttpRequest) -> None:
         span.set_attribute("url.query", redacted_query(query))
 
 
-@contextlib.contextmanager
-def asgi_request_span(scope: dict[str, Any]) -> Iterator[Callable[[Send], Send]]:
-    """A server span for an ASGI request that no Django middleware traces (the live stream), its
-    target redacted; gives a ``send`` wrapper that records the answer's status."""
-    query = scope.get("query_string", b"").decode("latin-1")
-    target = scope["path"] + ("?" + redacted_query(query) if query else "")
+def asgi_request_span(scope: dict[str, Any]) -> Span:
+    """A started server span for an ASGI request that no Django middleware traces (the live
+    stream), its target redacted; the caller ends it (``trace.use_span(span, end_on_exit=True)``).
+    Nothing of the request is kept unless the span is recorded: a stream holds its span for hours,
+    and 2,000 of them share one process (bench/inbox.py's memory per stream)."""
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())}
-    attributes = {"http.method": scope.get("method", "GET"), "http.target": target, "http.scheme": scope.get("scheme", "http")}
-    name = f"{scope.get('method', 'GET')} {scope['path']}"
-    with tracer.start_as_current_span(
-        name, context=propagate.extract(headers), kind=SpanKind.SERVER, attributes=attributes
-    ) as span:
+    method = scope.get("method", "GET")
+    span = tracer.start_span(f"{method} {scope['path']}", context=propagate.extract(headers), kind=SpanKind.SERVER)
+    if span.is_recording():
+        query = scope.get("query_string", b"").decode("latin-1")
+        target = scope["path"] + ("?" + redacted_query(query) if query else "")
+        span.set_attributes({"http.method": method, "http.target": target, "http.scheme": scope.get("scheme", "http")})
+    return span
 
-        def recording(send: Send) -> Send:
-            async def send_recording(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.start":
-                    span.set_attribute("http.status_code", message["status"])
-                await send(message)
 
-            return send_recording
+def status_recorded(span: Span, send: Send) -> Send:
+    """``send``, recording the answer's status on ``span`` when it is recorded."""
+    if not span.is_recording():
+        return send
 
-        yield recording
+    async def send_recording(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            span.set_attribute("http.status_code", message["status"])
+        await send(message)
+
+    return send_recording
