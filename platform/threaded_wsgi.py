@@ -25,8 +25,9 @@ from typing import Any
 
 from a2wsgi.wsgi import build_environ
 
-# Bodies above this are spooled to a temporary file, as Django does with uploads.
-SPOOL_BYTES = 1024 * 1024
+# Bodies above this are spooled to a temporary file, as Django does with uploads: what a body
+# being read holds in memory, however many are read at once.
+SPOOL_BYTES = 64 * 1024
 # An answer up to this size is read whole in its thread and sent in one write.
 INLINE_BYTES = 256 * 1024
 
@@ -52,7 +53,10 @@ class ThreadedWSGI:
         if declared is not None and declared > self.max_body_bytes:
             await _answer(send, 413, [*_JSON, (b"connection", b"close")], _TOO_LARGE)
             return
-        body = await _body(receive, self.max_body_bytes)
+        try:
+            body = await _body(receive, self.max_body_bytes)
+        except _ClientGone:
+            return  # left while sending its body: nothing to answer, nothing to run
         if body is None:
             await _answer(send, 413, [*_JSON, (b"connection", b"close")], _TOO_LARGE)
             return
@@ -118,6 +122,10 @@ def _content_length(scope: Any) -> int | None:
     return None
 
 
+class _ClientGone(Exception):
+    """The client disconnected before its body was read whole."""
+
+
 async def _body(receive: Any, max_bytes: int) -> Any:
     """The request body in a spooled file, or None when it is over ``max_bytes``."""
     body = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed by the caller
@@ -125,7 +133,8 @@ async def _body(receive: Any, max_bytes: int) -> Any:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            body.close()
+            raise _ClientGone
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > max_bytes:

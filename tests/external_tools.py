@@ -56,7 +56,8 @@ def _command_path(executable: object, args: object) -> str:
 def is_this_python(path: str) -> bool:
     """This venv's interpreter, or any program inside the venv (its scripts, Playwright's driver):
     what `make install` brings."""
-    if Path(path).is_relative_to(VENV):
+    # normpath: a path through ``..`` out of the venv is not in it.
+    if Path(os.path.normpath(path)).is_relative_to(VENV):
         return True
     return os.path.realpath(path) == os.path.realpath(sys.executable)
 
@@ -73,10 +74,20 @@ class StartedCommands:
         self._paths: list[str] = []
 
     def hook(self, event: str, args: tuple[object, ...]) -> None:
+        # Every way Python starts a program: subprocess, os.system (its shell), os.posix_spawn*,
+        # os.exec* and os.spawn* (the programs a started program starts are its own business).
         if event == "subprocess.Popen":
             path = _command_path(args[0], args[1])
-            with self._lock:
-                self._paths.append(path)
+        elif event == "os.system":
+            path = "/bin/sh"
+        elif event in ("os.posix_spawn", "os.exec"):
+            path = _command_path(args[0], None)
+        elif event == "os.spawn":
+            path = _command_path(args[1], None)
+        else:
+            return
+        with self._lock:
+            self._paths.append(path)
 
     def take(self) -> list[str]:
         with self._lock:

@@ -79,6 +79,7 @@ def test_a_command_outside_the_venv_is_refused_in_the_fast_tier_and_unknown_ones
     assert refused([python], fast_tier=True, declared=set()) == []
     driver = Path(sys.prefix) / "lib" / "python3.11" / "site-packages" / "playwright" / "driver" / "node"
     assert refused([str(driver)], fast_tier=True, declared=set()) == []  # in the venv: make install brings it
+    assert refused([f"{sys.prefix}/../../usr/bin/promtool"], fast_tier=True, declared=set()) != []  # out of it
     assert refused([true], fast_tier=True, declared=set()) == [
         f"{true}: the fast tier may start only this venv's Python (mark the test tool('true'))"
     ]

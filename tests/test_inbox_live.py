@@ -5,13 +5,17 @@ caps on open streams as the embedded default counts them (in the process)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from notifications.concurrency import LocalTurns
 from notifications.inbox import live, slots
 from notifications.inbox.live import MAX_TOLD, Hub, Told, resync_spread_seconds
+from notifications.models import ApiClient
 
 
 def test_a_stream_behind_its_wake_ups_keeps_one_read_instead_of_every_wake_up() -> None:
@@ -75,3 +79,67 @@ def test_without_redis_the_process_counts_each_users_each_clients_and_its_own_st
     held[0].release()  # given back once, however often
     assert slots.process_streams.held == 3
     assert slots.stream_slot_take(client_id=1, user_id="ann") is not None
+
+
+def _local_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slots, "redis_client", lambda: None)
+    monkeypatch.setattr(slots, "_local", LocalTurns())
+    monkeypatch.setattr(slots, "process_streams", slots._ProcessCount())
+
+
+def test_a_slot_taken_while_its_reader_left_is_given_back_when_the_take_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from notifications.api.inbox.stream_guard import stream_slot_taken
+
+    _local_slots(monkeypatch)
+    taking, took = threading.Event(), threading.Event()
+    release_take = threading.Event()
+
+    def slow_take() -> slots.StreamSlot | None:
+        taking.set()
+        assert release_take.wait(timeout=10)
+        slot = slots.stream_slot_take(client_id=1, user_id="ann")
+        took.set()
+        return slot
+
+    async def reader_leaves() -> None:
+        view = asyncio.ensure_future(stream_slot_taken(asyncio.to_thread(slow_take)))
+        await asyncio.to_thread(taking.wait, 10)
+        view.cancel()  # Django cancels the view's task when the client disconnects
+        with pytest.raises(asyncio.CancelledError):
+            await view
+        release_take.set()  # the take in its thread still finishes, and takes a slot
+        await asyncio.to_thread(took.wait, 10)
+        deadline = asyncio.get_running_loop().time() + 10
+        while slots.process_streams.held and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(reader_leaves())
+
+    assert slots.process_streams.held == 0
+
+
+def test_a_stream_whose_body_never_starts_gives_its_slot_and_subscription_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from notifications.api.inbox import stream_guard
+    from notifications.services.inbox import InboxUser
+
+    _local_slots(monkeypatch)
+    monkeypatch.setattr(stream_guard, "START_SECONDS", 0.05)
+    now = timezone.now()
+    user = InboxUser(client=ApiClient(pk=1, name="acme"), user_id="ann", expires_at=now + timedelta(hours=1), issued_at=now)
+
+    async def response_lost() -> tuple[bool, int]:
+        hub = live.hub
+        slot = slots.stream_slot_take(client_id=1, user_id="ann")
+        assert slot is not None
+        waiter = hub.subscribe("1:ann")
+        stream_guard.StreamGuard(user=user, key="1:ann", waiter=waiter, slot=slot, abort=None, send_timeout=30)
+        # The response is lost before its body runs: nothing calls start() or close().
+        deadline = asyncio.get_running_loop().time() + 10
+        while not slot.released and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        return slot.released, len(hub._waiters.get("1:ann", ()))
+
+    released, subscribed = asyncio.run(response_lost())
+
+    assert released and subscribed == 0
+    assert slots.process_streams.held == 0

@@ -24,6 +24,7 @@ def test_a_targets_secret_parameters_are_redacted_and_the_rest_kept_as_sent() ->
     assert redacted_target("/s?ticket=t1&token=") == "/s?ticket=REDACTED&token=REDACTED"
     assert redacted_target("/api/v1/inbox/items?status=unread&cursor=a%2Bb") == "/api/v1/inbox/items?status=unread&cursor=a%2Bb"
     assert redacted_target("/api/v1/notifications") == "/api/v1/notifications"
+    assert redacted_target("/s?%74oken=abc") == "/s?token=REDACTED"  # Django decodes the name too
 
 
 def _values(exporter: InMemorySpanExporter) -> list[str]:

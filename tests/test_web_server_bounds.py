@@ -125,3 +125,27 @@ def test_past_the_threads_and_the_queue_limit_a_request_is_503_with_retry_after_
     assert json.loads(refused.body)["error"]["code"] == "unavailable"
     assert (running.status, queued.status) == (200, 200)
     assert app.admitted == 0
+
+
+def test_a_client_gone_before_its_body_was_read_whole_runs_nothing_and_gets_no_answer() -> None:
+    ran: list[bool] = []
+
+    def counting(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        ran.append(True)
+        return hello(environ, start_response)
+
+    exchange = Exchange([b"x" * 100])
+
+    async def gone() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    first = exchange.receive
+
+    async def receive() -> dict[str, Any]:
+        if exchange.reads == 0:
+            message = await first()
+            return {**message, "more_body": True}
+        return await gone()
+
+    asyncio.run(site(counting)(exchange.scope, receive, exchange.send))
+    assert ran == [] and exchange.sent == []

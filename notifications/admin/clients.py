@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .. import services
-from ..errors import ValidationFailed
+from ..errors import RateLimitExceeded, ValidationFailed
 from ..models import ApiClient
 from ..services.inbox import inbox_allowed_origins_set, origin_normalize
 from .base import ModeFilter, _report
@@ -107,7 +107,11 @@ class ApiClientAdmin(admin.ModelAdmin):
     @admin.action(description="Rotate the webhook secret of selected clients")
     def rotate_webhook_secret_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
         for client in queryset:
-            secret = services.api_client_rotate_webhook_secret(client=client)
+            try:
+                secret = services.api_client_rotate_webhook_secret(client=client)
+            except RateLimitExceeded as exc:
+                self.message_user(request, f"{client.name!r} not rotated: {exc.message}", messages.ERROR)
+                continue
             self.log_change(request, client, "Rotated webhook secret")
             self.message_user(
                 request,

@@ -27,9 +27,9 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 def redacted_query(query: str) -> str:
     """``query`` with the value of each secret parameter replaced (the rest as sent)."""
-    if not query or not any(name in query for name in SECRET_QUERY_PARAMETERS):
+    pairs = parse_qsl(query, keep_blank_values=True)  # decoded: ?%74oken= is a token too
+    if not any(name in SECRET_QUERY_PARAMETERS for name, _ in pairs):
         return query
-    pairs = parse_qsl(query, keep_blank_values=True)
     return urlencode([(name, REDACTED if name in SECRET_QUERY_PARAMETERS else value) for name, value in pairs])
 
 

@@ -26,7 +26,7 @@ from ...services.inbox import InboxUser, inbox_stream_ticket_redeem, inbox_token
 from ..exceptions import database_unavailable, error_body
 from .auth import MAX_TOKEN_LENGTH, InboxUserRateThrottle, cors_headers, request_token
 from .stream_events import stream_events
-from .stream_guard import ABORT_SCOPE_KEY, StreamGuard
+from .stream_guard import ABORT_SCOPE_KEY, StreamGuard, stream_slot_taken
 from .threads import in_thread
 
 MAX_EVENT_ID = 2**63 - 1
@@ -112,7 +112,7 @@ async def inbox_stream(request: HttpRequest) -> HttpResponseBase:
         response = _error(429, "throttled", "too many requests for this user; try again later", origin)
         response["Retry-After"] = str(max(1, int(throttle.wait() or 1)))
         return response
-    slot = await in_thread(stream_slot_take)(client_id=user.client.pk, user_id=user.user_id)
+    slot = await stream_slot_taken(in_thread(stream_slot_take)(client_id=user.client.pk, user_id=user.user_id))
     if slot is None:
         message = "too many open streams for this user, client or server; close one or try again later"
         response = _error(429, "too_many_streams", message, origin)

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...inbox.live import Waiter, hub
@@ -32,6 +32,10 @@ logger = logging.getLogger("notifications.inbox")
 
 # How long a stream asked to end may take to end by itself before its connection is dropped.
 END_GRACE_SECONDS = 1.0
+# How long a stream's body may take to start once its guard exists. A response lost before its
+# body ran (its reader left while Django's middleware was still answering: the response is never
+# closed) would otherwise hold its slot and subscription for the process's life.
+START_SECONDS = 30.0
 # The scope key under which platform/asgi.py gives a stream the means to drop its connection.
 ABORT_SCOPE_KEY = "notifications.abort"
 
@@ -77,11 +81,19 @@ class StreamGuard:
         self._ended: asyncio.Future[None] | None = None  # made only for a close that waits on the end
         self._task: asyncio.Task[Any] | None = None
         self._stalled: asyncio.TimerHandle | None = None
-        self._expiry: asyncio.TimerHandle | None = None
+        # Until the body starts: the end of a stream that never started; then the token's expiry.
+        self._expiry: asyncio.TimerHandle | None = self.loop.call_later(START_SECONDS, self._never_started)
+
+    def _never_started(self) -> None:
+        if self._task is None and not self.finished:
+            logger.info("inbox stream never started", extra={"client_id": self.user.client.pk})
+            self.finish()
 
     def start(self) -> None:
         """At the body's first step, in the task that sends the stream."""
         self._task = asyncio.current_task()
+        if self._expiry is not None:
+            self._expiry.cancel()
         left = self.user.expires_at.timestamp() - time.time()
         self._expiry = self.loop.call_later(max(0.0, left), self.close, "expired")
         self.waiter.on_revoked = self.revoked
@@ -179,6 +191,24 @@ async def _renew_leases() -> None:
             await in_thread(stream_slots_renew)()
         except Exception:  # the leases run out later, not now: the next round tries again
             logger.exception("inbox stream leases not renewed")
+
+
+async def stream_slot_taken(taking: Awaitable[StreamSlot | None]) -> StreamSlot | None:
+    """The slot ``taking`` (a take run in a thread) gives. If the reader leaves meanwhile (the
+    view's task cancelled), the take still finishes in its thread: its slot is given back then."""
+    task = asyncio.ensure_future(taking)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_give_back)
+        raise
+
+
+def _give_back(task: asyncio.Future[StreamSlot | None]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        slot = task.result()
+        if slot is not None and not slot.released:
+            _spawn(in_thread(slot.release)())
 
 
 def _spawn(work: Any) -> asyncio.Task[None]:

@@ -91,11 +91,12 @@ def api_client_rotate_webhook_secret(*, client: ApiClient) -> str:
     for WEBHOOK_SECRET_GRACE_SECONDS, and so do those it replaced within theirs, however many. A
     client that has rotated MAX_RETIRED_WEBHOOK_SECRETS times within one grace period is refused
     (RateLimitExceeded) until the oldest of them ends: each signs every post meanwhile."""
-    secret, now = webhook_secret_generate(), timezone.now()
+    secret = webhook_secret_generate()
     grace_seconds = get_config().webhook_secret_grace_seconds
     with transaction.atomic():
         # Locked: two rotations at once must each keep the secret the other replaced.
         current = ApiClient.objects.select_for_update().get(pk=client.pk)
+        now = timezone.now()  # after the lock: a rotation that waited for it is the later one
         moment = now.timestamp()
         retired = [[old, at] for old, at in current.webhook_secrets_retired if moment - at < grace_seconds]
         if current.webhook_secret:
