@@ -66,6 +66,7 @@ def test_without_redis_the_process_counts_each_users_each_clients_and_its_own_st
     monkeypatch.setattr(slots, "redis_client", lambda: None)
     monkeypatch.setattr(slots, "_local", LocalTurns())
     monkeypatch.setattr(slots, "process_streams", slots._ProcessCount())
+    monkeypatch.setattr(slots, "CLIENT_SHARE", 1.0)  # the caps below, not a client's share of the process
 
     anns = [slots.stream_slot_take(client_id=1, user_id="ann") for _ in range(3)]
     bobs = [slots.stream_slot_take(client_id=1, user_id="bob") for _ in range(2)]
@@ -143,3 +144,17 @@ def test_a_stream_whose_body_never_starts_gives_its_slot_and_subscription_back(m
 
     assert released and subscribed == 0
     assert slots.process_streams.held == 0
+
+
+@override_settings(NOTIFICATIONS={"INBOX_STREAMS_PER_USER": 5, "INBOX_STREAMS_PER_CLIENT": 100, "INBOX_STREAMS_PER_PROCESS": 4})
+def test_one_client_holds_at_most_half_of_a_process_streams_whatever_its_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    _local_slots(monkeypatch)
+
+    flood = [slots.stream_slot_take(client_id=1, user_id=f"user-{n}") for n in range(4)]
+    others = [slots.stream_slot_take(client_id=2, user_id=f"user-{n}") for n in range(2)]
+
+    assert [slot is not None for slot in flood] == [True, True, False, False]
+    assert [slot is not None for slot in others] == [True, True]
+    held = [slot for slot in flood if slot is not None]
+    held[0].release()
+    assert slots.stream_slot_take(client_id=1, user_id="user-9") is not None

@@ -12,6 +12,7 @@ cannot be reached, the user's and client's slots are counted the same way in the
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import uuid
@@ -89,22 +90,33 @@ def stream_slots_renew() -> int:
 
 
 class _ProcessCount:
+    """The streams this process holds, in all and by client: one client may hold at most half of
+    them (CLIENT_SHARE), so a client minting tokens for many users cannot fill a process that
+    serves every client."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.held = 0
+        self.by_client: collections.Counter[Any] = collections.Counter()
 
-    def take(self, limit: int) -> bool:
+    def take(self, limit: int, *, client_id: Any) -> bool:
         with self._lock:
-            if self.held >= limit:
+            if self.held >= limit or self.by_client[client_id] >= max(1, int(limit * CLIENT_SHARE)):
                 return False
             self.held += 1
+            self.by_client[client_id] += 1
             return True
 
-    def give_back(self) -> None:
+    def give_back(self, client_id: Any) -> None:
         with self._lock:
             self.held = max(0, self.held - 1)
+            self.by_client[client_id] -= 1
+            if self.by_client[client_id] <= 0:
+                del self.by_client[client_id]
 
 
+# The part of a process's streams (INBOX_STREAMS_PER_PROCESS) one client may hold.
+CLIENT_SHARE = 0.5
 process_streams = _ProcessCount()
 
 
@@ -131,6 +143,7 @@ class StreamSlot:
     token: str
     in_redis: bool
     released: bool = False
+    client_id: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def release(self) -> None:
@@ -138,7 +151,7 @@ class StreamSlot:
             if self.released:
                 return
             self.released = True
-        process_streams.give_back()
+        process_streams.give_back(self.client_id)
         with _held_lock:
             _held.pop(self.token, None)
         if not self.in_redis:
@@ -163,7 +176,7 @@ def stream_slot_take(*, client_id: Any, user_id: str) -> StreamSlot | None:
     """A slot for a new stream of ``user_id`` of the client, or None when the user, the client or
     this process holds all it may (INBOX_STREAMS_PER_USER, _PER_CLIENT, _PER_PROCESS)."""
     options = get_config().inbox
-    if not process_streams.take(options.streams_per_process):
+    if not process_streams.take(options.streams_per_process, client_id=client_id):
         return None
     keys = (user_slots_key(client_id, user_id), client_slots_key(client_id))
     token = uuid.uuid4().hex
@@ -179,13 +192,13 @@ def stream_slot_take(*, client_id: Any, user_id: str) -> StreamSlot | None:
                     _local.give_back(held, token)
                 return None
             taken.append(key)
-        return StreamSlot(keys, token, in_redis=False)
+        return StreamSlot(keys, token, in_redis=False, client_id=client_id)
 
     def take() -> StreamSlot | None:
         taken = _script(client, _TAKE_SCRIPT)(keys=list(keys), args=[*limits, int(LEASE_SECONDS * 1000), token], client=client)
         if not int(taken):
             return None
-        slot = StreamSlot(keys, token, in_redis=True)
+        slot = StreamSlot(keys, token, in_redis=True, client_id=client_id)
         with _held_lock:
             _held[token] = slot
         return slot
@@ -193,5 +206,5 @@ def stream_slot_take(*, client_id: Any, user_id: str) -> StreamSlot | None:
     client = redis_client()
     slot = take_locally() if client is None else redis_outage.call(take, fallback=take_locally)
     if slot is None:
-        process_streams.give_back()
+        process_streams.give_back(client_id)
     return slot

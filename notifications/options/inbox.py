@@ -38,7 +38,7 @@ INBOX_OPTIONS: tuple[Option, ...] = group(
         "INBOX_STREAMS_PER_PROCESS",
         int,
         4000,
-        "live inbox streams one web process holds at most (about 58 KB and a file descriptor each; more: 429)",
+        "live inbox streams one web process holds at most (about 58 KB and a file descriptor each; one client at most half; more: 429)",
         minimum=1,
     ),
     Option(
