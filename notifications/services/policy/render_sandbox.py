@@ -35,9 +35,7 @@ _MEMORY_EXIT = 70
 _IMPORT_ROOT = Path(__file__).resolve().parents[3]
 # How long a new process may take to set Django up and say it is ready (a loaded machine).
 _START_SECONDS = 60.0
-# Threads of one owner that may wait for a sandbox process at once (a web process has 16, a worker
-# process 8): past them, or past their wait, a render is refused rather than hold another thread.
-MAX_WAITING_PER_OWNER = 8
+# A render that waited twice the wall timeout for a sandbox process is refused with this.
 _BUSY = "the template sandbox is busy with this client's renders; try again shortly"
 _ERRORS: dict[str, type[NotificationError]] = {
     error.__name__: error for error in (ValidationFailed, TemplateRenderFailed, RenderLimitExceeded)
@@ -172,9 +170,8 @@ class RenderSandbox:
 
     One owner's jobs hold at most ``per_owner`` processes at once (all but one, when there are
     two or more): a client whose templates each take their whole budget, sent from every thread,
-    waits for its own jobs and leaves a process to everyone else's. Its waiting threads are bounded
-    too (MAX_WAITING_PER_OWNER, each for at most twice the wall timeout): past them its render is
-    refused rather than hold another web thread."""
+    waits for its own jobs and leaves a process to everyone else's. A thread waits at most twice
+    the wall timeout for its turn, then its render is refused (``render_limit``)."""
 
     def __init__(self, limits: SandboxLimits):
         self.limits = limits
@@ -184,7 +181,6 @@ class RenderSandbox:
         self._idle: list[_SandboxProcess] = []
         self._running = 0
         self._owners: collections.Counter[str] = collections.Counter()
-        self._waiting: collections.Counter[str] = collections.Counter()
         self._free = threading.Condition()
 
     def run(self, job: TemplateJob, *, owner: str) -> list[str]:
@@ -207,21 +203,14 @@ class RenderSandbox:
         return parts
 
     def _take(self, owner: str) -> _SandboxProcess:
-        # A thread waiting for its turn holds a web or worker thread: one owner may have at most
-        # MAX_WAITING_PER_OWNER of them waiting, each for at most the wall timeout of the jobs ahead.
+        # A thread waiting for its turn holds a web or worker thread: it waits at most twice the
+        # wall timeout. Renders that take their time are a client's own; a burst of quick ones (a
+        # client's 50 accepts at once, 0.3 ms a render) waits for milliseconds and is never refused.
         deadline = time.monotonic() + 2 * self.limits.wall_seconds
         with self._free:
-            if self._waiting[owner] >= MAX_WAITING_PER_OWNER:
-                raise RenderLimitExceeded(_BUSY, extra={"field": "template"})
-            self._waiting[owner] += 1
-            try:
-                while self._owners[owner] >= self.per_owner or (not self._idle and self._running >= self.limits.processes):
-                    if not self._free.wait(timeout=max(0.0, deadline - time.monotonic())):
-                        raise RenderLimitExceeded(_BUSY, extra={"field": "template"})
-            finally:
-                self._waiting[owner] -= 1
-                if not self._waiting[owner]:
-                    del self._waiting[owner]
+            while self._owners[owner] >= self.per_owner or (not self._idle and self._running >= self.limits.processes):
+                if not self._free.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    raise RenderLimitExceeded(_BUSY, extra={"field": "template"})
             self._owners[owner] += 1
             if self._idle:
                 return self._idle.pop()
