@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
 
 from .live_servers import embedded_env, embedded_platform, manage
 from .test_admin_browser import RECORD_CSP_VIOLATIONS, browser_fixture  # noqa: F401  (fixture)
@@ -40,13 +40,21 @@ def demo(tmp_path: Path) -> Iterator[tuple[str, str]]:
         yield server.base_url, next(word for word in printed.split() if word.startswith("ntf_live_"))
 
 
+@pytest.fixture
+def context(browser: Browser, demo: tuple[str, str]) -> Iterator[BrowserContext]:  # noqa: F811
+    """The test's browser pages, closed before the demo server stops: a server waits for the live
+    streams its pages hold open (20 s a test) before it exits."""
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    yield context
+    context.close()
+
+
 def test_a_notification_appears_within_a_second_and_a_read_in_one_tab_updates_the_other(
-    browser: Browser,  # noqa: F811
+    context: BrowserContext,
     demo: tuple[str, str],
     tmp_path: Path,
 ) -> None:
     base_url, client_token = demo
-    context = browser.new_context(viewport={"width": 1200, "height": 800})
     problems: list[str] = []
     first, second = context.new_page(), context.new_page()
     for page in (first, second):
@@ -84,12 +92,12 @@ def test_a_notification_appears_within_a_second_and_a_read_in_one_tab_updates_th
 
 
 def test_the_widget_reopens_its_stream_with_a_ticket_and_its_last_event_id_after_its_token_is_renewed(
-    browser: Browser,  # noqa: F811
+    context: BrowserContext,
     demo: tuple[str, str],
     tmp_path: Path,
 ) -> None:
     base_url, client_token = demo
-    page = browser.new_context().new_page()
+    page = context.new_page()
     problems: list[str] = []
     watch(page, problems)
     streams: list[str] = []
