@@ -84,12 +84,11 @@ from .policy.templates import (
     template_variants_check,
 )
 from .policy.unsubscribe import UnsubscribeTarget, unsubscribe_one_click, unsubscribe_target, unsubscribe_url
+from .records.client_webhooks import api_client_rotate_webhook_secret, api_client_set_status_webhook_url
 from .records.outbox import delivery_message_send, notification_enqueue
 from .records.outcome_counts import outcome_counts_rebuild
 from .records.retention import PurgeReport, notification_purge
 from .records.status_events import (
-    api_client_rotate_webhook_secret,
-    api_client_set_status_webhook_url,
     status_event_deliver,
     status_event_payload,
     status_event_record,
